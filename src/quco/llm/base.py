@@ -1,0 +1,111 @@
+"""The generator seam: one protocol, backends that declare what they can do.
+
+A method lists the capabilities it needs; ``require`` checks them when a pipeline is built so that a
+mismatch fails before any question is asked, naming the missing capability and a backend that has it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from quco.errors import CapabilityError
+
+
+class Capability(StrEnum):
+    TEXT = "text"
+    LOGPROBS = "logprobs"  # log-probability of each generated token
+    ENTROPY = "entropy"  # entropy of the full next-token distribution at each step
+    ENTROPY_APPROX = "entropy_approx"  # entropy estimated from top-k alternatives only
+    ATTENTION = "attention"  # attention weights of a forward pass
+    HIDDEN_STATES = "hidden_states"  # hidden states of a forward pass
+    SAMPLING = "sampling"  # n samples at a temperature
+
+
+# Which backend to suggest when a capability is missing.
+CAPABILITY_PROVIDERS: dict[Capability, str] = {
+    Capability.TEXT: "any backend",
+    Capability.LOGPROBS: "the 'hf' (transformers) backend, llama.cpp, or an OpenAI-compatible server with logprobs",
+    Capability.ENTROPY: "the 'hf' (transformers) backend",
+    Capability.ENTROPY_APPROX: "an OpenAI-compatible server with top_logprobs",
+    Capability.ATTENTION: "the 'hf' (transformers) backend",
+    Capability.HIDDEN_STATES: "the 'hf' (transformers) backend",
+    Capability.SAMPLING: "any backend that samples (hf, llama.cpp, OpenAI-compatible)",
+}
+
+
+@dataclass
+class Generation:
+    """One generated continuation, with the per-token signals that were asked for."""
+
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)  # decoded pieces; "".join(tokens) == text
+    logprobs: list[float] | None = None  # log p of each chosen token
+    entropies: list[float] | None = None  # entropy (nats) of each step's full distribution
+    top_logprobs: list[dict[str, float]] | None = None
+    finish_reason: str = "length"  # "eos" | "stop" | "length"
+    prompt_tokens: int = 0
+    prompt_truncated: bool = False
+
+
+@dataclass
+class Analysis:
+    """A forward pass over a text: tokens, and the attention/hidden states that were asked for."""
+
+    token_ids: list[int]
+    tokens: list[str]
+    attention: np.ndarray | None = None  # [seq, seq], one layer, mean over heads
+    hidden: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> [seq, dim]
+    logprobs: list[float] | None = None  # log p(token_i | prefix) for i >= 1 (index 0 is 0.0)
+    entropies: list[float] | None = None  # entropy of the distribution that predicted token i
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """What every LLM backend offers. Unsupported requests raise ``CapabilityError``."""
+
+    name: str
+    capabilities: frozenset[Capability]
+    max_context_tokens: int
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def generate(
+        self,
+        prompt: str,
+        *,
+        max_new_tokens: int,
+        stop: Sequence[str] = (),
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        n: int = 1,
+        seed: int | None = None,
+        logprobs: bool = False,
+        entropy: bool = False,
+    ) -> list[Generation]: ...
+
+    def analyze(
+        self,
+        text: str,
+        *,
+        attention_layer: int | None = None,
+        hidden_layers: Sequence[int] = (),
+        scores: bool = False,
+    ) -> Analysis: ...
+
+
+def require(generator: Generator, needs: Iterable[Capability], who: str) -> None:
+    """Fail early, naming the missing capability and where to get it."""
+    missing = [c for c in needs if c not in generator.capabilities]
+    if missing:
+        first = missing[0]
+        raise CapabilityError(
+            f"{who} needs the generator capability '{first.value}', which backend '{generator.name}' does not "
+            f"provide; use {CAPABILITY_PROVIDERS[first]}"
+        )
