@@ -1,0 +1,151 @@
+"""Per-question accounting: every call a method makes to a part goes through ``RunContext``.
+
+Keeping the counting here, rather than in each method or backend, is what makes the counters complete:
+a method cannot call the LLM, the retriever or the corpus index without it landing in the trace.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from quco.config import PipelineConfig
+from quco.corpus_stats.base import CorpusStats, CountResult, Phrase
+from quco.errors import QucoError
+from quco.llm.base import Generation, Generator
+from quco.prompts import Exemplar, PromptTemplate
+from quco.retrieval.base import Passage, Retriever
+from quco.text.base import LLMCall
+from quco.trace import RetrievedRef, Trace
+
+
+@dataclass
+class Parts:
+    """The components a pipeline runs on, built once and shared by all questions."""
+
+    config: PipelineConfig
+    generator: Generator
+    text: Any  # quco.text.TextTools: splitter, entities, triplets
+    exemplars: Sequence[Exemplar]
+    template: PromptTemplate
+    retriever: Retriever | None = None
+    corpus_stats: CorpusStats | None = None
+    extractor_generator: Generator | None = None  # separate model for the LLM extractor, if configured
+
+
+@dataclass
+class RunContext:
+    parts: Parts
+    trace: Trace
+    retrieved_ids: set[str] = field(default_factory=set)
+
+    # -- timing --------------------------------------------------------------------------------------
+    @contextmanager
+    def timed(self, component: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.trace.counters.add_seconds(component, time.perf_counter() - start)
+
+    # -- LLM -----------------------------------------------------------------------------------------
+    def generate(
+        self,
+        prompt: str,
+        *,
+        role: str = "main",
+        max_new_tokens: int,
+        stop: Sequence[str] | None = None,
+        generator: Generator | None = None,
+        **options: Any,
+    ) -> list[Generation]:
+        gen = generator or self.parts.generator
+        stops = self.parts.config.generation.stop if stop is None else stop
+        with self.timed("llm"):
+            outs = gen.generate(prompt, max_new_tokens=max_new_tokens, stop=stops, **options)
+        for out in outs:
+            # Each returned sequence is one generation: n samples cost n calls' worth of tokens.
+            self.trace.counters.add_llm(role, out.prompt_tokens, len(out.token_ids))
+            if out.prompt_truncated:
+                note = f"prompt for role '{role}' exceeded the context window and was left-truncated"
+                if note not in self.trace.notes:
+                    self.trace.notes.append(note)
+        return outs
+
+    def llm_call(self, role: str = "extractor") -> LLMCall:
+        """A counted (prompt, max_new_tokens) -> text callable for components such as LLM extractors."""
+        gen = self.parts.extractor_generator if role == "extractor" else None
+
+        def call(prompt: str, max_new_tokens: int) -> str:
+            return self.generate(
+                prompt, role=role, max_new_tokens=max_new_tokens, stop=["\n\n"], generator=gen
+            )[0].text
+
+        return call
+
+    def count_tokens(self, text: str) -> int:
+        return self.parts.generator.count_tokens(text) if text else 0
+
+    # -- retrieval -----------------------------------------------------------------------------------
+    def retrieve(
+        self, queries: Sequence[str], k: int | None = None
+    ) -> tuple[list[Passage], list[RetrievedRef]]:
+        """Top-k per query, merged in query order without duplicates."""
+        if self.parts.retriever is None:
+            raise QucoError("this method retrieves but the pipeline has no retriever configured")
+        queries = [q for q in queries if q and q.strip()]
+        if not queries:
+            return [], []
+        k = k or self.parts.config.retriever.top_k
+        with self.timed("retrieval"):
+            results = self.parts.retriever.search(queries, k)
+        counters = self.trace.counters
+        counters.retrievals += len(queries)
+        counters.retrieval_calls += 1
+        passages: list[Passage] = []
+        refs: list[RetrievedRef] = []
+        seen: set[str] = set()
+        for query, hits in zip(queries, results, strict=True):
+            counters.passages_retrieved += len(hits)
+            for p in hits:
+                if p.id in seen:
+                    continue
+                seen.add(p.id)
+                passages.append(p)
+                refs.append(RetrievedRef(id=p.id, title=p.title, score=round(float(p.score), 4), query=query))
+        self.retrieved_ids.update(seen)
+        return passages, refs
+
+    # -- corpus statistics ---------------------------------------------------------------------------
+    def _stats(self) -> CorpusStats:
+        if self.parts.corpus_stats is None:
+            raise QucoError("this method needs corpus statistics but none are configured")
+        return self.parts.corpus_stats
+
+    def _account(self, results: list[CountResult]) -> list[CountResult]:
+        c = self.trace.counters
+        c.corpus_queries += len(results)
+        c.corpus_unknown += sum(r.status != "ok" for r in results)
+        c.corpus_cache_hits += sum(bool(r.cached) for r in results)
+        for r in results:
+            if r.status != "ok":
+                note = f"corpus lookup failed for '{r.query}': {r.error}; handled by the unknown-policy"
+                self.trace.notes.append(note)
+        return results
+
+    def count(self, phrases: Sequence[Phrase]) -> list[CountResult]:
+        if not phrases:
+            return []
+        with self.timed("corpus_stats"):
+            results = self._stats().count_many(list(phrases))
+        return self._account(results)
+
+    def cooccur(self, pairs: Sequence[tuple[Phrase, Phrase]]) -> list[CountResult]:
+        if not pairs:
+            return []
+        with self.timed("corpus_stats"):
+            results = self._stats().cooccur_many(list(pairs))
+        return self._account(results)

@@ -1,0 +1,123 @@
+"""``Pipeline``: a configured method on its parts, answering questions one at a time.
+
+Parts are built once (indexes on first use, into the cache) and only when the method uses them:
+Wo-RAG builds no retriever, SR-RAG no corpus-statistics index.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from quco.config import PipelineConfig, load_config
+from quco.engine.context import Parts, RunContext
+from quco.engine.loop import run
+from quco.engine.method import Method
+from quco.errors import InputError
+from quco.llm.base import require
+from quco.methods import method_class
+from quco.prompts import load_exemplars, load_template
+from quco.trace import Trace
+
+log = logging.getLogger(__name__)
+
+# Questions are cut to this share of the context window, keeping their end, so that the prompt keeps room
+# for exemplars, passages and the answer.
+_QUESTION_SHARE = 0.25
+
+
+class Pipeline:
+    def __init__(self, config: PipelineConfig, method: Method, parts: Parts) -> None:
+        self.config = config
+        self.method = method
+        self.parts = parts
+
+    @property
+    def generator(self):  # noqa: ANN201 - the configured quco.llm.base.Generator
+        return self.parts.generator
+
+    @classmethod
+    def from_config(
+        cls, config: PipelineConfig | str | None = None, progress: bool = True, **overrides: Any
+    ) -> Pipeline:
+        """Build from a ``PipelineConfig``, a YAML path, or the defaults (plus dotted overrides)."""
+        if not isinstance(config, PipelineConfig):
+            config = load_config(config, overrides=overrides or None)
+        method = method_class(config.method)(config.params)
+
+        from quco.llm import build_generator
+        from quco.text import build_text
+
+        generator = build_generator(config.generator)
+        require(generator, method.needs, f"method '{method.name}'")
+        text = build_text(config.text)
+        exemplars = load_exemplars(config.prompt.exemplars)[: config.prompt.fewshot]
+        template_name = (
+            config.prompt.template if "template" in config.prompt.model_fields_set else method.template
+        )
+        template = load_template(template_name)
+
+        retriever = corpus_stats = None
+        if method.uses_retriever or method.uses_corpus_stats:
+            from quco.retrieval import build_retriever, corpus_source
+
+            source = corpus_source(config.retriever.corpus)
+            if method.uses_retriever:
+                retriever = build_retriever(config.retriever, progress=progress)
+            if method.uses_corpus_stats:
+                from quco.corpus_stats import build_corpus_stats
+
+                stats_source = (
+                    corpus_source(config.corpus_stats.corpus) if config.corpus_stats.corpus else source
+                )
+                corpus_stats = build_corpus_stats(
+                    config.corpus_stats, stats_source.docs, stats_source.fingerprint(), progress=progress
+                )
+        extractor_generator = None
+        if config.text.extractor_model:
+            extractor_generator = build_generator(
+                config.generator.model_copy(update={"model": config.text.extractor_model})
+            )
+        parts = Parts(
+            config=config,
+            generator=generator,
+            text=text,
+            exemplars=exemplars,
+            template=template,
+            retriever=retriever,
+            corpus_stats=corpus_stats,
+            extractor_generator=extractor_generator,
+        )
+        return cls(config, method, parts)
+
+    def _prepare_question(self, question: str, trace: Trace) -> str:
+        if not isinstance(question, str) or not question.strip():
+            raise InputError('the question is empty; ask something, e.g. quco ask "Who wrote Hamlet?"')
+        question = " ".join(question.split())
+        limit = int(self.parts.generator.max_context_tokens * _QUESTION_SHARE)
+        n = self.parts.generator.count_tokens(question)
+        if n > limit:
+            # Keep the end: long inputs usually put the actual question last.
+            keep = question
+            while self.parts.generator.count_tokens(keep) > limit:
+                keep = keep[len(keep) // 10 + 1 :]
+            trace.notes.append(
+                f"question was {n} tokens, more than {limit} (a quarter of the {self.parts.generator.max_context_tokens}-"
+                f"token context); kept its last {self.parts.generator.count_tokens(keep)} tokens"
+            )
+            question = keep.strip()
+        return question
+
+    def answer(self, question: str) -> Trace:
+        """Answer one question; the returned trace holds the answer, every step and every cost."""
+        trace = Trace(question=question, method=self.method.name)
+        start = time.perf_counter()
+        trace.question = self._prepare_question(question, trace)
+        ctx = RunContext(parts=self.parts, trace=trace)
+        run(self.method, trace.question, ctx)
+        trace.seconds = round(time.perf_counter() - start, 4)
+        accounted = sum(trace.counters.seconds.values())
+        trace.counters.add_seconds("other", max(0.0, trace.seconds - accounted))
+        trace.counters.seconds = {k: round(v, 4) for k, v in trace.counters.seconds.items()}
+        return trace
