@@ -1,0 +1,232 @@
+"""The ``quco`` command: ask, demo, index, methods (and the evaluation and serving commands)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+
+from quco.config import load_config, parse_override
+from quco.errors import QucoError
+
+app = typer.Typer(
+    name="quco",
+    help="Dynamic retrieval-augmented generation: QuCo-RAG and the methods it is compared against.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+index_app = typer.Typer(help="Build retrieval and corpus-statistics indexes.", no_args_is_help=False)
+app.add_typer(index_app, name="index")
+
+out = Console()
+err = Console(stderr=True)
+
+DEMO_QUESTIONS = (
+    "Who was born first, Albert Einstein or Niels Bohr?",
+    "Which river flows through the city where Wolfgang Amadeus Mozart was born?",
+    "Are the Eiffel Tower and the Louvre in the same city?",
+)
+
+
+def _setup_logging(verbose: bool) -> None:
+    level = logging.DEBUG if verbose else logging.INFO
+    handler = RichHandler(console=err, show_path=False, show_time=False, markup=False)
+    logging.basicConfig(level=logging.WARNING, handlers=[handler], format="%(message)s", force=True)
+    logging.getLogger("quco").setLevel(level)
+
+
+def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn user-facing errors into one line on stderr and exit code 2, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except QucoError as exc:
+            err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def _overrides(sets: list[str] | None) -> dict[str, Any]:
+    return dict(parse_override(s) for s in sets or [])
+
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a config field, e.g. --set retriever.top_k=5 (repeatable)."),
+]
+MethodOpt = Annotated[str | None, typer.Option("--method", "-m", help="Method name (see `quco methods`).")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
+
+
+def _build_pipeline(config: Path | None, method: str | None, sets: list[str] | None):  # noqa: ANN202
+    from quco.pipeline import Pipeline
+
+    cfg = load_config(config, overrides=_overrides(sets), method=method)
+    return Pipeline.from_config(cfg)
+
+
+@app.command()
+@friendly_errors
+def ask(
+    question: Annotated[str, typer.Argument(help="The question to answer.")],
+    method: MethodOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the trace as JSON instead of a readable view.")
+    ] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Answer one question and show every decision the method made."""
+    _setup_logging(verbose)
+    if not question.strip():
+        raise QucoError('the question is empty; ask something, e.g. quco ask "Who wrote Hamlet?"')
+    t0 = time.perf_counter()
+    pipe = _build_pipeline(config, method, set_)
+    ready = time.perf_counter() - t0
+    trace = pipe.answer(question)
+    if as_json:
+        sys.stdout.write(trace.to_json(indent=2) + "\n")
+    else:
+        from quco.render import render_trace
+
+        render_trace(trace, out)
+        out.print(f"[dim]start-up {ready:.1f}s, answer {trace.seconds:.1f}s[/dim]")
+
+
+@app.command()
+@friendly_errors
+def demo(
+    method: MethodOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Answer a few sample questions on the embedded default and print their traces."""
+    from quco.render import render_trace
+
+    _setup_logging(verbose)
+    t0 = time.perf_counter()
+    pipe = _build_pipeline(config, method, set_)
+    out.print(f"[dim]pipeline ready in {time.perf_counter() - t0:.1f}s (method {pipe.method.name})[/dim]")
+    for q in DEMO_QUESTIONS:
+        render_trace(pipe.answer(q), out)
+
+
+@app.command()
+def methods() -> None:
+    """List the available methods."""
+    from quco.methods import available_methods, method_class
+
+    for name in available_methods():
+        out.print(f"[bold]{name}[/bold]  {method_class(name).description}")
+
+
+@index_app.callback(invoke_without_command=True)
+@friendly_errors
+def index_all(
+    ctx: typer.Context,
+    corpus: Annotated[
+        str | None, typer.Option("--corpus", help="JSONL/TSV corpus (id, text, title), or 'wiki-summaries'.")
+    ] = None,
+    on_error: Annotated[str, typer.Option(help="On a bad corpus line: 'stop' or 'skip'.")] = "stop",
+    tokenizer: Annotated[
+        str, typer.Option(help="Corpus-statistics tokenizer: wordpiece, bytes, or a file.")
+    ] = "wordpiece",
+    verbose: VerboseOpt = False,
+) -> None:
+    """Build the BM25 index and the corpus-statistics index of a corpus (both checked for completeness)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    _setup_logging(verbose)
+    if corpus is None:
+        err.print(ctx.get_help())
+        raise typer.Exit(2)
+    _index_bm25(corpus, None, on_error)
+    _index_stats(corpus, None, tokenizer, on_error)
+
+
+def _index_bm25(corpus: str, out_dir: Path | None, on_error: str) -> None:
+    from quco.retrieval import index_corpus
+
+    report = index_corpus(corpus, out_dir=out_dir, on_error=on_error, progress=True)
+    out.print(
+        f"BM25: {report.passages_indexed} passages indexed from {report.lines_read} lines "
+        f"({report.skipped} skipped) in {report.seconds:.1f}s -> {report.index_dir}"
+    )
+
+
+def _index_stats(corpus: str, out_dir: Path | None, tokenizer: str, on_error: str) -> None:
+    from quco.corpus_stats import index_stats
+
+    report = index_stats(corpus, out_dir=out_dir, tokenizer=tokenizer, on_error=on_error, progress=True)
+    out.print(
+        f"corpus statistics: {report.documents} documents, {report.tokens} tokens in {report.seconds:.1f}s "
+        f"-> {report.index_dir}"
+    )
+
+
+@index_app.command("bm25")
+@friendly_errors
+def index_bm25(
+    corpus: Annotated[str, typer.Option("--corpus", help="JSONL/TSV corpus, or 'wiki-summaries'.")],
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Index directory (default: the cache).")
+    ] = None,
+    on_error: Annotated[str, typer.Option(help="On a bad corpus line: 'stop' or 'skip'.")] = "stop",
+    verbose: VerboseOpt = False,
+) -> None:
+    """Build the BM25 retrieval index of a corpus."""
+    _setup_logging(verbose)
+    _index_bm25(corpus, out_dir, on_error)
+
+
+@index_app.command("stats")
+@friendly_errors
+def index_stats_cmd(
+    corpus: Annotated[str, typer.Option("--corpus", help="JSONL/TSV corpus, or 'wiki-summaries'.")],
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Index directory (default: the cache).")
+    ] = None,
+    tokenizer: Annotated[
+        str, typer.Option(help="wordpiece (default), bytes, or a tokenizers JSON file.")
+    ] = "wordpiece",
+    on_error: Annotated[str, typer.Option(help="On a bad corpus line: 'stop' or 'skip'.")] = "stop",
+    verbose: VerboseOpt = False,
+) -> None:
+    """Build a local Infini-gram index (corpus statistics) of a corpus."""
+    _setup_logging(verbose)
+    _index_stats(corpus, out_dir, tokenizer, on_error)
+
+
+@app.command("config")
+@friendly_errors
+def show_config(config: ConfigOpt = None, method: MethodOpt = None, set_: SetOpt = None) -> None:
+    """Print the resolved configuration (defaults, file and overrides) as JSON."""
+    cfg = load_config(config, overrides=_overrides(set_), method=method)
+    sys.stdout.write(json.dumps(cfg.model_dump(), indent=2) + "\n")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
