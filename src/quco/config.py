@@ -7,6 +7,8 @@ corpus statistics, text processing). Any field can be overridden from the comman
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -88,6 +90,21 @@ class PipelineConfig(_Section):
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
 
 
+def _expand(value: Any) -> Any:
+    """Expand ``${VAR}`` in string values; ``${QUCO_DATA_DIR}`` defaults to the evaluation data directory."""
+    if isinstance(value, str) and "${" in value:
+        from quco.paths import data_dir
+
+        env = dict(os.environ)
+        env.setdefault("QUCO_DATA_DIR", str(data_dir()))
+        return re.sub(r"\$\{(\w+)\}", lambda m: env.get(m.group(1), m.group(0)), value)
+    if isinstance(value, dict):
+        return {k: _expand(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v) for v in value]
+    return value
+
+
 def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     node = data
@@ -132,6 +149,7 @@ def load_config(
         data["method"] = method
     for key, value in (overrides or {}).items():
         _set_path(data, key, value)
+    data = _expand(data)
     try:
         return PipelineConfig.model_validate(data)
     except ValidationError as exc:
