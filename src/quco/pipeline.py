@@ -89,6 +89,7 @@ class Pipeline:
             corpus_stats=corpus_stats,
             extractor_generator=extractor_generator,
         )
+        method.setup(parts)
         return cls(config, method, parts)
 
     def _prepare_question(self, question: str, trace: Trace) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from quco.config import PipelineConfig
 from quco.corpus_stats.base import CorpusStats, CountResult, Phrase
 from quco.errors import QucoError
-from quco.llm.base import Generation, Generator
+from quco.llm.base import Analysis, Generation, Generator
 from quco.prompts import Exemplar, PromptTemplate
 from quco.retrieval.base import Passage, Retriever
 from quco.text.base import LLMCall
@@ -34,6 +34,7 @@ class Parts:
     retriever: Retriever | None = None
     corpus_stats: CorpusStats | None = None
     extractor_generator: Generator | None = None  # separate model for the LLM extractor, if configured
+    extras: dict[str, Any] = field(default_factory=dict)  # method-specific parts (e.g. a dense retriever)
 
 
 @dataclass
@@ -86,22 +87,30 @@ class RunContext:
 
         return call
 
+    def analyze(self, text: str, *, role: str = "probe", **options: Any) -> Analysis:
+        """A counted forward pass (attention, hidden states, token scores) over ``text``."""
+        with self.timed("llm"):
+            result = self.parts.generator.analyze(text, **options)
+        self.trace.counters.add_llm(role, len(result.token_ids), 0)
+        return result
+
     def count_tokens(self, text: str) -> int:
         return self.parts.generator.count_tokens(text) if text else 0
 
     # -- retrieval -----------------------------------------------------------------------------------
     def retrieve(
-        self, queries: Sequence[str], k: int | None = None
+        self, queries: Sequence[str], k: int | None = None, retriever: Retriever | None = None
     ) -> tuple[list[Passage], list[RetrievedRef]]:
-        """Top-k per query, merged in query order without duplicates."""
-        if self.parts.retriever is None:
+        """Top-k per query, merged in query order without duplicates (from ``retriever`` or the pipeline's)."""
+        retriever = retriever or self.parts.retriever
+        if retriever is None:
             raise QucoError("this method retrieves but the pipeline has no retriever configured")
         queries = [q for q in queries if q and q.strip()]
         if not queries:
             return [], []
         k = k or self.parts.config.retriever.top_k
         with self.timed("retrieval"):
-            results = self.parts.retriever.search(queries, k)
+            results = retriever.search(queries, k)
         counters = self.trace.counters
         counters.retrievals += len(queries)
         counters.retrieval_calls += 1

@@ -99,12 +99,21 @@ def run(method: Method, question: str, ctx: RunContext) -> None:
     if decision is not None:
         step = Step(index=0, stage="before", signals=decision.signals, reason=decision.reason)
         if decision.retrieve:
-            docs, refs = ctx.retrieve(decision.queries, top_k)
+            if decision.passages is not None:
+                docs, refs = list(decision.passages), list(decision.refs or [])
+            else:
+                docs, refs = ctx.retrieve(decision.queries, top_k)
             step.decision, step.queries, step.retrieved = "retrieve", list(decision.queries), refs
         else:
             step.decision = "skip"
         step.seconds = round(time.perf_counter() - start, 4)
         steps.append(step)
+        if decision.answer is not None and not decision.retrieve:
+            step.kept = decision.answer
+            trace.prediction = decision.answer
+            trace.answer = extract_answer(decision.answer) or decision.answer.strip()
+            trace.stop_reason = "answered_before"
+            return
 
     stop_reason = "step_budget"
     for _ in range(cfg.generation.max_steps):
@@ -139,7 +148,10 @@ def run(method: Method, question: str, ctx: RunContext) -> None:
         before_len = len(text)
         text = join_text(text, check.keep)
         if check.fire:
-            new_docs, refs = ctx.retrieve(check.queries, top_k)
+            if check.passages is not None:
+                new_docs, refs = list(check.passages), list(check.refs or [])
+            else:
+                new_docs, refs = ctx.retrieve(check.queries, top_k)
             step.decision, step.queries, step.retrieved = "retrieve", list(check.queries), refs
             if new_docs:
                 docs = new_docs

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from quco.engine.context import RunContext
 from quco.errors import ConfigError
 from quco.llm.base import Capability, Generation
+from quco.retrieval.base import Passage
+from quco.trace import RetrievedRef
 
 DraftUnit = Literal["tokens", "sentence", "continuation"]
 # After a check fires: regenerate and keep the first sentence, regenerate and keep all of it, or keep the
@@ -31,12 +33,21 @@ class MethodParams(BaseModel):
 
 @dataclass
 class Decision:
-    """Result of the pre-generation decision."""
+    """Result of the pre-generation decision.
+
+    ``passages``/``refs``: set when the method retrieved on its own (through the context, so it is counted),
+    e.g. DTR's dual-path retrieval; the loop then uses them instead of searching ``queries``.
+    ``answer``: set when the decision already answers the question (DTR's confident direct answer); the loop
+    then ends without generating.
+    """
 
     retrieve: bool
     queries: list[str] = field(default_factory=list)
     signals: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
+    passages: list[Passage] | None = None
+    refs: list[RetrievedRef] | None = None
+    answer: str | None = None
 
 
 @dataclass
@@ -60,6 +71,8 @@ class Check:
     signals: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
     stop: bool = False  # end generation after keeping ``keep``
+    passages: list[Passage] | None = None  # set when the check retrieved on its own (see Decision)
+    refs: list[RetrievedRef] | None = None
 
 
 class Method:
@@ -91,6 +104,9 @@ class Method:
     def unit_tokens(self, ctx: RunContext) -> int:
         """Tokens generated for one draft."""
         return ctx.parts.config.generation.max_new_tokens
+
+    def setup(self, parts: Any) -> None:
+        """Called once when the pipeline is built, to add method-specific parts to ``parts.extras``."""
 
     def before(self, question: str, ctx: RunContext) -> Decision | None:
         """Pre-generation decision; None means the method has none."""
