@@ -1,0 +1,96 @@
+"""Configuration -> a ready ``CorpusStats``: opens (or first builds) the local index, or connects to the API."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from filelock import FileLock
+
+from quco.config import CorpusStatsConfig
+from quco.corpus_stats.base import CorpusStats
+from quco.corpus_stats.build import Manifest, StatsIndexError, build_local_index, check_index_path
+from quco.corpus_stats.local import LocalInfiniGram
+from quco.corpus_stats.tokenizer import load_tokenizer, tokenizer_label
+from quco.errors import ConfigError
+from quco.paths import cache_dir
+
+log = logging.getLogger(__name__)
+
+
+def default_index_dir(corpus_fingerprint: str, tokenizer: str) -> Path:
+    """``<cache>/infini-gram/<fingerprint>-<tokenizer label>``."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in corpus_fingerprint)
+    return cache_dir() / "infini-gram" / f"{safe}-{tokenizer_label(tokenizer)}"
+
+
+def check_manifest(index_dir: Path, corpus_fingerprint: str | None, tokenizer: str) -> Manifest:
+    """Refuse an index built from another corpus or with another tokenizer (counts would silently differ)."""
+    manifest = Manifest.read(index_dir)
+    if corpus_fingerprint is not None and manifest.corpus_fingerprint != corpus_fingerprint:
+        raise StatsIndexError(
+            f"index {index_dir} was built from corpus {manifest.corpus_fingerprint!r}, not {corpus_fingerprint!r}; "
+            "delete it or point corpus_stats.index_dir elsewhere"
+        )
+    want = load_tokenizer(tokenizer)
+    if manifest.tokenizer_sha256 != want.sha256:
+        raise StatsIndexError(
+            f"index {index_dir} was built with tokenizer {manifest.tokenizer}, not {want.name}; "
+            "delete it, or set corpus_stats.tokenizer to match"
+        )
+    return manifest
+
+
+def open_or_build_local(
+    config: CorpusStatsConfig,
+    corpus_docs: Callable[[], Iterable[tuple[str, str]]],
+    corpus_fingerprint: str,
+    progress: bool = True,
+) -> LocalInfiniGram:
+    index_dir = (
+        Path(config.index_dir).expanduser().resolve()
+        if config.index_dir
+        else default_index_dir(corpus_fingerprint, config.tokenizer)
+    )
+    check_index_path(index_dir)
+    if not index_dir.exists():
+        index_dir.parent.mkdir(parents=True, exist_ok=True)
+        # One builder at a time; others wait, then open what it built.
+        with FileLock(str(index_dir.parent / f".{index_dir.name}.lock")):
+            if not index_dir.exists():
+                log.info("building corpus-statistics index %s", index_dir)
+                build_local_index(
+                    corpus_docs(),
+                    index_dir,
+                    tokenizer=config.tokenizer,
+                    progress=progress,
+                    corpus_fingerprint=corpus_fingerprint,
+                )
+    check_manifest(index_dir, corpus_fingerprint, config.tokenizer)
+    return LocalInfiniGram(
+        index_dir,
+        cooccurrence=config.cooccurrence,
+        max_diff_tokens=config.max_diff_tokens,
+        max_clause_freq=config.max_clause_freq,
+    )
+
+
+def build_corpus_stats(
+    config: CorpusStatsConfig,
+    corpus_docs: Callable[[], Iterable[tuple[str, str]]],
+    corpus_fingerprint: str,
+    progress: bool = True,
+) -> CorpusStats:
+    """The configured backend. ``corpus_docs`` is only called when a local index has to be built."""
+    if config.backend == "local":
+        return open_or_build_local(config, corpus_docs, corpus_fingerprint, progress=progress)
+    if config.backend == "api":
+        try:
+            from quco.corpus_stats.api import InfiniGramAPI
+        except ImportError as exc:  # phase 2 of issue #3
+            raise ConfigError(
+                "corpus_stats.backend 'api' is not available in this build yet; use 'local'"
+            ) from exc
+        return InfiniGramAPI.from_config(config)
+    raise ConfigError(f"unknown corpus_stats.backend {config.backend!r}; use 'local' or 'api'")

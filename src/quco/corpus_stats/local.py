@@ -1,0 +1,316 @@
+"""Counts from local Infini-gram indexes (one or several directories, each with one or more shards).
+
+Two co-occurrence semantics. "window" is the engine's CNF count: spans where both phrases occur within
+``max_diff_tokens`` tokens; it discards spans whose nearest neighbours straddle a document separator, so on short
+passages it undercounts (stack.md §1). "document" counts the documents that contain both phrases, exactly: the
+suffix-array rank range of each phrase gives its corpus positions, ``offset.N`` maps positions to documents, and
+the two document sets are intersected. When one side is much more frequent, its documents are not enumerated;
+instead the few documents of the rare side are scanned for it (same answer, less work).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from quco.corpus_stats.base import CountResult, Phrase
+from quco.corpus_stats.build import Manifest, StatsIndexError, check_index_path
+from quco.corpus_stats.phrases import aliases, describe, describe_pair, drop_extensions
+from quco.corpus_stats.tokenizer import TOKENIZER_FILE, IndexTokenizer
+
+log = logging.getLogger(__name__)
+
+Cooccurrence = Literal["document", "window"]
+BACKEND = "infini-gram-local"
+# Scan the rare side's documents instead of enumerating the frequent side when the frequent side has more
+# occurrences than this many times the tokens to scan.
+SCAN_RATIO = 4
+
+
+@dataclass
+class _Shard:
+    """Memory maps of one shard: tokens, suffix array and document start offsets."""
+
+    doc_base: int  # global id of this shard's first document
+    ds: np.ndarray  # token ids incl. one separator before each document
+    sa: np.ndarray  # suffix array, raw bytes (ptr_size bytes per rank, little-endian byte pointers)
+    ptr_size: int
+    starts: np.ndarray  # token position of each document's separator (sorted)
+
+    def pointers(self, start: int, end: int, width: int) -> np.ndarray:
+        """Token positions of suffix-array ranks [start, end)."""
+        raw = self.sa[start * self.ptr_size : end * self.ptr_size]
+        if self.ptr_size in (4, 8):
+            ptrs = raw.view("<u4" if self.ptr_size == 4 else "<u8").astype(np.int64)
+        else:
+            buf = np.zeros((end - start, 8), dtype=np.uint8)
+            buf[:, : self.ptr_size] = raw.reshape(-1, self.ptr_size)
+            ptrs = buf.view("<u8").reshape(-1).astype(np.int64)
+        return ptrs // width
+
+    def doc_of(self, positions: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.starts, positions, side="right") - 1
+
+
+def _shard_files(index_dir: Path, role: str) -> list[Path]:
+    # Mirror the engine: every entry whose full path contains the role word, sorted by full path.
+    return sorted((p for p in index_dir.iterdir() if role in str(p)), key=str)
+
+
+class LocalInfiniGram:
+    """``CorpusStats`` over local Infini-gram index directories built by :func:`build_local_index`."""
+
+    name = BACKEND
+
+    def __init__(
+        self,
+        index_dir: str | Path | Sequence[str | Path],
+        cooccurrence: Cooccurrence = "document",
+        max_diff_tokens: int = 1000,
+        max_clause_freq: int = 500000,
+        *,
+        load_to_ram: bool = False,
+    ) -> None:
+        from infini_gram.engine import InfiniGramEngine
+
+        dirs = [index_dir] if isinstance(index_dir, (str, Path)) else list(index_dir)
+        if not dirs:
+            raise StatsIndexError("no index directory given; pass at least one")
+        if cooccurrence not in ("document", "window"):
+            raise StatsIndexError(f"cooccurrence must be 'document' or 'window', not {cooccurrence!r}")
+        if max_diff_tokens <= 0 or max_clause_freq <= 0:
+            raise StatsIndexError("max_diff_tokens and max_clause_freq must be positive integers")
+        self.dirs = [Path(d).expanduser().resolve() for d in dirs]
+        for d in self.dirs:
+            check_index_path(d)
+            if not d.is_dir():
+                raise StatsIndexError(
+                    f"index directory {d} does not exist; build it first (quco index stats)"
+                )
+        self.manifests = [Manifest.read(d) for d in self.dirs]
+        first = self.manifests[0]
+        for d, m in zip(self.dirs[1:], self.manifests[1:], strict=True):
+            if m.tokenizer_sha256 != first.tokenizer_sha256:
+                raise StatsIndexError(
+                    f"index {d} uses tokenizer {m.tokenizer}, unlike {self.dirs[0]} ({first.tokenizer}); "
+                    "indexes opened together must share one tokenizer"
+                )
+        json_text = None
+        if first.tokenizer != "bytes":
+            tok_path = self.dirs[0] / TOKENIZER_FILE
+            if not tok_path.is_file():
+                raise StatsIndexError(f"index {self.dirs[0]} has no {TOKENIZER_FILE}; rebuild it")
+            json_text = tok_path.read_text(encoding="utf-8")
+        self.tokenizer = IndexTokenizer(first.tokenizer, json_text, first.token_dtype, first.vocab_size)
+        if self.tokenizer.sha256 != first.tokenizer_sha256:
+            raise StatsIndexError(
+                f"{TOKENIZER_FILE} in {self.dirs[0]} differs from its manifest; rebuild the index"
+            )
+
+        self.cooccurrence: Cooccurrence = cooccurrence
+        self.max_diff_tokens = int(max_diff_tokens)
+        self.max_clause_freq = int(max_clause_freq)
+        self.index = ",".join(d.name for d in self.dirs)
+        self.total_tokens: int | None = sum(m.token_count for m in self.manifests)
+        self.doc_count = sum(m.doc_count for m in self.manifests)
+        self._width = np.dtype(self.tokenizer.np_dtype).itemsize
+        self._shards = self._open_shards()
+
+        vocab = {"u8": 255, "u16": 65535, "u32": 2**32 - 1}[first.token_dtype]
+        self.engine = InfiniGramEngine(
+            [str(d) for d in self.dirs],
+            eos_token_id=0,
+            vocab_size=vocab,
+            version=4,
+            token_dtype=first.token_dtype,
+            load_to_ram=load_to_ram,
+            max_clause_freq=self.max_clause_freq,
+            max_diff_tokens=self.max_diff_tokens,
+        )
+
+    def _open_shards(self) -> list[_Shard]:
+        shards: list[_Shard] = []
+        base = 0
+        for d, m in zip(self.dirs, self.manifests, strict=True):
+            ds_paths = _shard_files(d, "tokenized")
+            sa_paths = [p for p in _shard_files(d, "table") if "tokenized" not in str(p)]
+            od_paths = [
+                p for p in _shard_files(d, "offset") if "tokenized" not in str(p) and "table" not in str(p)
+            ]
+            if not (len(ds_paths) == len(sa_paths) == len(od_paths) == len(m.shards)):
+                raise StatsIndexError(
+                    f"index {d} is incomplete: shard files do not match its manifest; rebuild it"
+                )
+            for ds_p, sa_p, od_p, info in zip(ds_paths, sa_paths, od_paths, m.shards, strict=True):
+                ds = np.memmap(ds_p, dtype=self.tokenizer.np_dtype, mode="r")
+                sa = np.memmap(sa_p, dtype=np.uint8, mode="r")
+                starts = np.fromfile(od_p, dtype="<u8").astype(np.int64) // self._width
+                if (
+                    len(starts) != info["docs"]
+                    or len(ds) != info["docs"] + info["tokens"]
+                    or len(sa) % len(ds)
+                ):
+                    raise StatsIndexError(
+                        f"shard {ds_p.name} of {d} does not match its manifest; rebuild the index"
+                    )
+                shards.append(_Shard(base, ds, sa, len(sa) // len(ds), starts))
+                base += len(starts)
+        return shards
+
+    # ------------------------------------------------------------------ helpers
+
+    def _result(
+        self, query: str, count: int | None, started: float, exact: bool = True, error: str | None = None
+    ):
+        return CountResult(
+            query=query,
+            count=count,
+            exact=exact,
+            backend=self.name,
+            index=self.index,
+            seconds=time.perf_counter() - started,
+            status="ok" if error is None else "unknown",
+            error=error,
+            total_tokens=self.total_tokens,
+        )
+
+    def _encode(self, phrase: Phrase) -> list[tuple[int, ...]]:
+        """Alias set -> disjoint token sequences; raises ValueError when nothing countable is left."""
+        items = aliases(phrase)
+        if not items:
+            raise ValueError("empty phrase")
+        seqs = [tuple(self.tokenizer.encode(a)) for a in items]
+        seqs = [s for s in seqs if s]
+        if not seqs:
+            raise ValueError(
+                f"phrase {describe(phrase)!r} has no tokens under tokenizer {self.tokenizer.name}"
+            )
+        return drop_extensions(seqs)
+
+    def _ranges(self, seq: tuple[int, ...]) -> list[tuple[int, int]]:
+        res = self.engine.find(list(seq))
+        if "error" in res:
+            raise RuntimeError(res["error"])
+        return [(int(s), int(e)) for s, e in res["segment_by_shard"]]
+
+    def _docs(self, ranges_per_alias: list[list[tuple[int, int]]]) -> np.ndarray:
+        """Sorted global ids of documents containing any alias."""
+        parts = []
+        for ranges in ranges_per_alias:
+            for shard, (s, e) in zip(self._shards, ranges, strict=True):
+                if e > s:
+                    parts.append(shard.doc_of(shard.pointers(s, e, self._width)) + shard.doc_base)
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        return np.unique(np.concatenate(parts))
+
+    def _doc_tokens(self, docs: np.ndarray) -> int:
+        total = 0
+        for shard in self._shards:
+            local = (
+                docs[(docs >= shard.doc_base) & (docs < shard.doc_base + len(shard.starts))] - shard.doc_base
+            )
+            if len(local):
+                ends = np.append(shard.starts[1:], len(shard.ds))
+                total += int((ends[local] - shard.starts[local]).sum())
+        return total
+
+    def _count_docs_containing(self, docs: np.ndarray, seqs: list[tuple[int, ...]]) -> int:
+        """How many of ``docs`` contain any of ``seqs``, by scanning their tokens."""
+        hits = 0
+        for shard in self._shards:
+            local = (
+                docs[(docs >= shard.doc_base) & (docs < shard.doc_base + len(shard.starts))] - shard.doc_base
+            )
+            if not len(local):
+                continue
+            ends = np.append(shard.starts[1:], len(shard.ds))
+            starts, lens = shard.starts[local], ends[local] - shard.starts[local]
+            cum = np.concatenate(([0], np.cumsum(lens)[:-1]))
+            idx = np.arange(int(lens.sum())) - np.repeat(cum, lens) + np.repeat(starts, lens)
+            toks = np.asarray(shard.ds[idx])  # each document keeps its leading separator: no match spans two
+            found = np.zeros(len(local), dtype=bool)
+            for seq in seqs:
+                n = len(toks) - len(seq) + 1
+                if n <= 0:
+                    continue
+                mask = toks[:n] == seq[0]
+                for j in range(1, len(seq)):
+                    mask &= toks[j : n + j] == seq[j]
+                pos = np.flatnonzero(mask)
+                found[np.searchsorted(cum, pos, side="right") - 1] = True
+            hits += int(found.sum())
+        return hits
+
+    # ------------------------------------------------------------------ CorpusStats
+
+    def count(self, phrase: Phrase) -> CountResult:
+        started = time.perf_counter()
+        query = describe(phrase)
+        try:
+            total = 0
+            approx = False
+            for seq in self._encode(phrase):
+                res = self.engine.count(list(seq))
+                if "error" in res:
+                    raise RuntimeError(res["error"])
+                total += int(res["count"])
+                approx = approx or bool(res.get("approx", False))
+            return self._result(query, total, started, exact=not approx)
+        except Exception as exc:  # a failed lookup is reported, never raised (base.py contract)
+            log.warning("count(%s) failed: %s", query, exc)
+            return self._result(query, None, started, error=f"{type(exc).__name__}: {exc}")
+
+    def cooccur(self, a: Phrase, b: Phrase) -> CountResult:
+        started = time.perf_counter()
+        query = describe_pair(a, b)
+        try:
+            seqs_a, seqs_b = self._encode(a), self._encode(b)
+            if self.cooccurrence == "window":
+                cnf = [[list(s) for s in seqs_a], [list(s) for s in seqs_b]]
+                res = self.engine.count_cnf(cnf, self.max_clause_freq, self.max_diff_tokens)
+                if "error" in res:
+                    raise RuntimeError(res["error"])
+                return self._result(query, int(res["count"]), started, exact=not res["approx"])
+            return self._result(query, self._doc_cooccur(seqs_a, seqs_b), started)
+        except Exception as exc:
+            log.warning("cooccur(%s) failed: %s", query, exc)
+            return self._result(query, None, started, error=f"{type(exc).__name__}: {exc}")
+
+    def _doc_cooccur(self, seqs_a: list[tuple[int, ...]], seqs_b: list[tuple[int, ...]]) -> int:
+        ranges_a = [self._ranges(s) for s in seqs_a]
+        ranges_b = [self._ranges(s) for s in seqs_b]
+        n_a = sum(e - s for r in ranges_a for s, e in r)
+        n_b = sum(e - s for r in ranges_b for s, e in r)
+        if n_a == 0 or n_b == 0:
+            return 0
+        if n_a > n_b:
+            ranges_a, ranges_b, seqs_a, seqs_b, n_a, n_b = ranges_b, ranges_a, seqs_b, seqs_a, n_b, n_a
+        docs_small = self._docs(ranges_a)
+        scan_tokens = self._doc_tokens(docs_small)
+        if n_b > SCAN_RATIO * scan_tokens:
+            return self._count_docs_containing(docs_small, seqs_b)
+        docs_big = self._docs(ranges_b)
+        return int(np.intersect1d(docs_small, docs_big, assume_unique=True).size)
+
+    def count_many(self, phrases: Sequence[Phrase]) -> list[CountResult]:
+        return [self.count(p) for p in phrases]
+
+    def cooccur_many(self, pairs: Sequence[tuple[Phrase, Phrase]]) -> list[CountResult]:
+        return [self.cooccur(a, b) for a, b in pairs]
+
+    def documents_with(self, phrase: Phrase) -> np.ndarray:
+        """Global ids of the documents containing ``phrase`` (for inspection and tests)."""
+        return self._docs([self._ranges(s) for s in self._encode(phrase)])
+
+    def __repr__(self) -> str:
+        return (
+            f"LocalInfiniGram({self.index!r}, docs={self.doc_count}, tokens={self.total_tokens}, "
+            f"tokenizer={self.tokenizer.name}, cooccurrence={self.cooccurrence})"
+        )
