@@ -31,7 +31,7 @@ from quco.config import RetrieverConfig
 from quco.errors import QucoError
 from quco.paths import cache_dir
 from quco.retrieval.base import Passage
-from quco.retrieval.corpus import CorpusReport, CorpusSource, OnError, SkippedLine
+from quco.retrieval.corpus import CorpusReport, CorpusSource, OnError, SkippedLine, check_on_error
 from quco.retrieval.store import PassageStore, PassageStoreWriter
 
 log = logging.getLogger(__name__)
@@ -122,8 +122,8 @@ class IndexReport:
     index_dir: Path
     lines_read: int
     passages_indexed: int
-    skipped_count: int
-    skipped: list[SkippedLine] = field(default_factory=list)
+    skipped: int
+    skipped_lines: list[SkippedLine] = field(default_factory=list)
     duplicate_ids: int = 0
     seconds: float = 0.0
     reused: bool = False
@@ -280,8 +280,8 @@ class BM25Retriever:
                 "fingerprint": fingerprint,
                 "passages": indexed,
                 "lines_read": report.lines_read,
-                "skipped_count": report.skipped_count,
-                "skipped": [[s.line, s.reason] for s in report.skipped],
+                "skipped": report.skipped,
+                "skipped_lines": [[s.line, s.reason] for s in report.skipped_lines],
                 "duplicate_ids": report.duplicate_ids,
                 "vocabulary": len(vocab.stem_to_id),
                 "params": asdict(params),
@@ -301,7 +301,7 @@ class BM25Retriever:
             source.name,
             index_dir,
             manifest["build_seconds"],
-            report.skipped_count,
+            report.skipped,
         )
         return cls.load(index_dir, max_query_words=max_query_words)
 
@@ -427,7 +427,7 @@ def ensure_index(
     with FileLock(str(target.parent / f".{target.name}.lock")):
         if not force and _reusable(target, fingerprint, params, explicit):
             retriever = BM25Retriever.load(target, max_query_words=max_query_words)
-            skipped = retriever.manifest.get("skipped_count", 0)
+            skipped = retriever.manifest.get("skipped", 0)
             if skipped and on_error == "stop" and not accept_skipped:
                 log.info("rebuilding %s: it was built skipping %d bad lines", target, skipped)
             else:
@@ -471,6 +471,7 @@ def index_corpus(
 ) -> IndexReport:
     """Build (or reuse) the BM25 index of a corpus and say what went in; used by ``quco index``."""
     t0 = time.perf_counter()
+    check_on_error(on_error)
     source = CorpusSource.resolve(path_or_name)
     retriever, reused = ensure_index(source, out_dir, on_error=on_error, progress=progress, force=force)
     m = retriever.manifest
@@ -480,8 +481,8 @@ def index_corpus(
         index_dir=retriever.index_dir,
         lines_read=int(m["lines_read"]),
         passages_indexed=len(retriever),
-        skipped_count=int(m["skipped_count"]),
-        skipped=[SkippedLine(int(line), str(reason)) for line, reason in m.get("skipped", [])],
+        skipped=int(m["skipped"]),
+        skipped_lines=[SkippedLine(int(line), str(reason)) for line, reason in m.get("skipped_lines", [])],
         duplicate_ids=int(m.get("duplicate_ids", 0)),
         seconds=time.perf_counter() - t0,
         reused=reused,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from quco.errors import CorpusFormatError
+from quco.errors import CorpusFormatError, InputError
 from quco.paths import cache_dir
 from quco.retrieval.base import Passage
 
@@ -56,7 +56,7 @@ class SkippedLine:
 
 @dataclass
 class CorpusReport:
-    """What one pass over a corpus saw; ``skipped_count`` counts all, ``skipped`` keeps the first 1000.
+    """What one pass over a corpus saw; ``skipped`` counts all bad lines, ``skipped_lines`` keeps the first 1000.
 
     ``lines_read`` counts file lines for line formats (JSONL, TSV) and records for whole-file JSON.
     """
@@ -64,14 +64,14 @@ class CorpusReport:
     source: str = ""
     lines_read: int = 0
     passages: int = 0
-    skipped_count: int = 0
-    skipped: list[SkippedLine] = field(default_factory=list)
+    skipped: int = 0
+    skipped_lines: list[SkippedLine] = field(default_factory=list)
     duplicate_ids: int = 0
 
     def add_skip(self, line: int, reason: str) -> None:
-        self.skipped_count += 1
-        if len(self.skipped) < _MAX_KEPT_SKIPS:
-            self.skipped.append(SkippedLine(line, reason))
+        self.skipped += 1
+        if len(self.skipped_lines) < _MAX_KEPT_SKIPS:
+            self.skipped_lines.append(SkippedLine(line, reason))
 
 
 class _BadRecord(Exception):
@@ -138,6 +138,11 @@ def _detect_format(path: Path) -> tuple[CorpusFormat, bool]:
             f"corpus file {path}: unknown format; use .jsonl, .json or .tsv (optionally .gz), or '{WIKI_SUMMARIES}'"
         )
     return fmt, gz
+
+
+def check_on_error(on_error: str) -> None:
+    if on_error not in ("stop", "skip"):
+        raise InputError(f"on_error must be 'stop' or 'skip', not {on_error!r}")
 
 
 # Fingerprints of large files take seconds to hash; remember them per (path, size, mtime) across runs.
@@ -228,8 +233,7 @@ class CorpusSource:
         message); ``"skip"`` logs it, records it in ``report`` and goes on. ``progress`` receives the number
         of (compressed) file bytes consumed so far. An empty corpus is an error in both modes.
         """
-        if on_error not in ("stop", "skip"):
-            raise ValueError(f"on_error must be 'stop' or 'skip', not {on_error!r}")
+        check_on_error(on_error)
         report = report if report is not None else CorpusReport()
         report.source = self.name
         seen_ids: set[str] = set()
@@ -242,9 +246,9 @@ class CorpusSource:
                     f"corpus {self.path} {unit} {number}: {reason} (fix it or index with on_error='skip')"
                 )
             report.add_skip(number, reason)
-            if report.skipped_count <= _MAX_LOGGED_SKIPS:
+            if report.skipped <= _MAX_LOGGED_SKIPS:
                 log.warning("corpus %s %s %d skipped: %s", self.path, unit, number, reason)
-            elif report.skipped_count == _MAX_LOGGED_SKIPS + 1:
+            elif report.skipped == _MAX_LOGGED_SKIPS + 1:
                 log.warning("corpus %s: more bad lines; further ones are counted, not logged", self.path)
 
         readers = {
@@ -270,12 +274,10 @@ class CorpusSource:
                 f"corpus {self.path}: cannot read past line {report.lines_read}: {exc}"
             ) from exc
         if report.passages == 0:
-            what = f" ({report.skipped_count} bad lines skipped)" if report.skipped_count else ""
+            what = f" ({report.skipped} bad lines skipped)" if report.skipped else ""
             raise CorpusFormatError(f"corpus {self.path} has no passages{what}; check the file")
-        if report.skipped_count:
-            log.warning(
-                "corpus %s: %d of %d lines skipped", self.path, report.skipped_count, report.lines_read
-            )
+        if report.skipped:
+            log.warning("corpus %s: %d of %d lines skipped", self.path, report.skipped, report.lines_read)
 
     # -- readers ---------------------------------------------------------------------------------------------
 
@@ -351,7 +353,7 @@ class CorpusSource:
                 yield _record_to_passage(record, str(lineno))
             except _BadRecord as exc:
                 bad(lineno, str(exc))
-        if columns is None and report.skipped_count == 0:
+        if columns is None and report.skipped == 0:
             raise CorpusFormatError(f"corpus {self.path} is empty; expected a header row id, text, title")
 
     def _iter_json(
