@@ -1,0 +1,541 @@
+"""``run_eval``: answer a dataset's questions, score them, and write one durable JSON line per question.
+
+A run directory holds ``config.yaml`` (the resolved pipeline config, the dataset and a hash of both) and
+``results.jsonl``. Every line is flushed and fsynced before the next question starts, so a run killed at any
+moment loses at most the questions in flight; re-running the same command skips what is recorded. A
+different config refuses to resume into the directory, because mixing two configs' answers in one file
+would silently corrupt every number computed from it.
+
+Concurrency: with ``workers > 1`` questions are answered on threads that share one pipeline. Whether that
+is safe and useful is the backend's business (the in-process transformers backend serialises generation
+with a lock, so it runs with one worker here); scoring and writing always happen on the calling thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from filelock import FileLock, Timeout
+
+from quco.config import PipelineConfig, load_config
+from quco.datasets import Example, load_dataset, resolve_dataset
+from quco.errors import QucoError
+from quco.eval.metrics import MARKER, score_prediction
+from quco.eval.runs import CONFIG_FILE, RESULTS_FILE, RunError, scan_results, unique_records
+from quco.trace import Trace
+
+log = logging.getLogger(__name__)
+
+EVAL_FORMAT = "quco-eval/1"
+# Bump when extraction or scoring changes: old runs then refuse to resume instead of mixing two rules.
+METRICS_VERSION = 1
+REPROMPT_ROLE = "answer_reprompt"
+# Text after which a continuation is not part of the answer (as the published re-prompt cleans it).
+_CUT_AT = ("\nQuestion:", ". Question:", "Note:")
+
+AnswerFn = Callable[[str], Trace]
+
+
+@dataclass
+class RunSummary:
+    """What a call to ``run_eval`` did, and the scores over the selected questions recorded so far."""
+
+    out_dir: Path
+    selected: int
+    completed: int
+    resumed: int  # already recorded before this call
+    new: int  # answered by this call
+    errors: int
+    missing: int  # answered but no answer could be extracted
+    em: float
+    f1: float
+    seconds: float
+    config_hash: str
+
+
+@dataclass
+class _Target:
+    """What answers questions, as resolved from ``run_eval``'s first argument."""
+
+    identity: dict[str, Any]  # hashed: the resolved config, or the answer function's name + fingerprint
+    build: Callable[[], tuple[AnswerFn, Any]]  # -> (answer_fn, generator or None)
+    method: str
+    config: PipelineConfig | None = None
+    backend: str | None = None
+
+
+def _resolve_target(
+    target: Any, overrides: dict[str, Any] | None, fingerprint: str | None, progress: bool
+) -> _Target:
+    if isinstance(target, str | Path) or target is None:
+        target = load_config(target, overrides=overrides)
+    elif overrides:
+        raise QucoError("overrides apply to a config file or PipelineConfig, not to a built pipeline")
+    if isinstance(target, PipelineConfig):
+        cfg = target
+
+        def build() -> tuple[AnswerFn, Any]:
+            from quco.pipeline import Pipeline
+
+            pipe = Pipeline.from_config(cfg, progress=progress)
+            return pipe.answer, pipe
+
+        return _Target(
+            {"pipeline": cfg.model_dump(mode="json")}, build, cfg.method, cfg, cfg.generator.backend
+        )
+    pipe_cfg = getattr(target, "config", None)
+    if hasattr(target, "answer") and isinstance(pipe_cfg, PipelineConfig):  # a built Pipeline
+        return _Target(
+            {"pipeline": pipe_cfg.model_dump(mode="json")},
+            lambda: (target.answer, target),
+            pipe_cfg.method,
+            pipe_cfg,
+            pipe_cfg.generator.backend,
+        )
+    if callable(target):
+        name = (
+            f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', type(target).__name__)}"
+        )
+        identity = {"answerer": name, "fingerprint": fingerprint}
+        return _Target(identity, lambda: (target, None), name.rsplit(".", 1)[-1])
+    raise QucoError(
+        f"cannot evaluate a {type(target).__name__}: pass a config file, a PipelineConfig, a Pipeline, "
+        "or a function question -> Trace"
+    )
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _hash(identity: dict[str, Any]) -> str:
+    blob = json.dumps(identity, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ, for an error message a person can act on."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            out += _differences(old.get(key), new.get(key), f"{prefix}{key}.")
+        return out
+    return [] if old == new else [f"{prefix[:-1]} ({old!r} -> {new!r})"]
+
+
+def _fsync_write(fh, text: str) -> None:
+    fh.write(text)
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        _fsync_write(fh, text)
+    os.replace(tmp, path)
+
+
+# -- answer re-prompt -------------------------------------------------------------------------------------
+
+
+def _reasoning_for_reprompt(prediction: str) -> str:
+    text = prediction
+    for cut in _CUT_AT:
+        pos = text.find(cut)
+        if pos != -1:
+            text = text[:pos]
+    return text.strip()
+
+
+def reprompt_answer(
+    trace: Trace,
+    generator: Any,
+    exemplars: list[Any] | tuple[Any, ...] = (),
+    max_new_tokens: int = 20,
+) -> str:
+    """Ask the LLM to finish "... So the answer is" (as DRAGIN/QuCo-RAG's evaluation does) and count the call.
+
+    The published evaluation makes this call without counting it; here it is an LLM call of role
+    ``answer_reprompt`` in the trace's counters, with its tokens and seconds. Returns the completed prediction.
+    """
+    cot = _reasoning_for_reprompt(trace.prediction)
+    demos = "".join(ex.render() for ex in exemplars)
+    tail = cot if cot.endswith(MARKER) else f"{cot} So the answer is".strip()
+    prompt = f"{demos}Question: {trace.question}\nAnswer: {tail}"
+    start = time.perf_counter()
+    gens = generator.generate(prompt, max_new_tokens=max_new_tokens, stop=["\n"])
+    seconds = time.perf_counter() - start
+    gen = gens[0]
+    trace.counters.add_llm(
+        REPROMPT_ROLE, gen.prompt_tokens or generator.count_tokens(prompt), len(gen.token_ids)
+    )
+    trace.counters.add_seconds("llm", seconds)
+    trace.seconds = round(trace.seconds + seconds, 4)
+    trace.notes.append(
+        "no answer in the prediction: re-prompted with 'So the answer is' (counted as an LLM call)"
+    )
+    return f"{tail} {gen.text.strip()}"
+
+
+# -- the run ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Outcome:
+    example: Example
+    position: int
+    trace: Trace | None = None
+    prediction: str = ""
+    reprompted: bool = False
+    error: str | None = None
+    error_traceback: str | None = None
+    seconds: float = 0.0
+
+
+def _answer_one(
+    answer_fn: AnswerFn,
+    example: Example,
+    position: int,
+    reprompt: bool,
+    generator: Any,
+    exemplars: Any,
+    reprompt_tokens: int,
+) -> _Outcome:
+    out = _Outcome(example, position)
+    start = time.perf_counter()
+    try:
+        trace = answer_fn(example.question)
+        if not isinstance(trace, Trace):
+            raise TypeError(f"the answer function returned {type(trace).__name__}, expected a quco Trace")
+        out.trace = trace
+        out.prediction = trace.prediction
+        if reprompt and MARKER not in trace.prediction:
+            out.prediction = reprompt_answer(trace, generator, exemplars, reprompt_tokens)
+            out.reprompted = True
+    except Exception as exc:  # recorded, and the run goes on
+        out.error = f"{type(exc).__name__}: {exc}"
+        out.error_traceback = traceback.format_exc(limit=8)
+        log.warning("question %s failed: %s", example.id, out.error)
+    out.seconds = round(time.perf_counter() - start, 4)
+    return out
+
+
+def _record(outcome: _Outcome) -> dict[str, Any]:
+    ex = outcome.example
+    rec: dict[str, Any] = {
+        "id": ex.id,
+        "index": ex.meta.get("index", outcome.position),
+        "question": ex.question,
+        "gold": list(ex.answers),
+        "kind": ex.kind,
+    }
+    if outcome.error is None:
+        score = score_prediction(outcome.prediction, ex.answers, ex.kind, ex.dataset)
+        rec.update(
+            prediction=outcome.prediction,
+            answer=score.answer,
+            missing=score.missing,
+            reprompted=outcome.reprompted,
+            em=score.em,
+            f1=round(score.f1, 6),
+            error=None,
+        )
+    else:
+        rec.update(prediction="", answer="", missing=True, reprompted=False, em=0.0, f1=0.0)
+        rec.update(error=outcome.error, error_traceback=outcome.error_traceback)
+    rec["seconds"] = outcome.seconds
+    rec["meta"] = {k: v for k, v in ex.meta.items() if k != "index"}
+    rec["trace"] = outcome.trace.to_dict() if outcome.trace is not None else None
+    return rec
+
+
+def default_out_dir(dataset: str, method: str, config_hash: str) -> Path:
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in f"{dataset}-{method}")
+    return Path("runs") / f"{safe}-{config_hash[:8]}"
+
+
+def _json_default(value: Any) -> Any:
+    """Signals may hold numpy scalars/arrays or sets; store them as plain JSON rather than fail the run."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+# Keys of config.yaml that describe this invocation and are not part of the hashed identity.
+_SELECTION_KEYS = ("config_hash", "label", "created", "updated", "selection")
+
+
+def _check_or_write_config(
+    out: Path, identity: dict[str, Any], config_hash: str, selection: dict[str, Any], label: str | None
+) -> None:
+    path = out / CONFIG_FILE
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    created = now
+    if path.is_file():
+        stored = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if stored.get("config_hash") != config_hash:
+            old = {k: v for k, v in stored.items() if k not in _SELECTION_KEYS}
+            diffs = _differences(old, identity) or ["(unknown fields)"]
+            shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
+            raise RunError(
+                f"{out} holds a run made with a different configuration ({shown}); "
+                "use another --out, or delete that directory to start over"
+            )
+        created = stored.get("created", now)
+        label = label if label is not None else stored.get("label")
+    doc = {"config_hash": config_hash, "label": label, "created": created, "updated": now}
+    doc.update(identity)
+    doc["selection"] = selection
+    _atomic_write(path, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+
+
+class _Progress:
+    """A rich progress bar with ETA and the running EM, or nothing when progress is off."""
+
+    def __init__(self, enabled: bool, description: str, total: int, completed: int, em_sum: float) -> None:
+        self.enabled = enabled
+        self.done = completed
+        self.em_sum = em_sum
+        self._progress = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("EM {task.fields[em]}"),
+                TextColumn("errors {task.fields[errors]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+            )
+            self._task = self._progress.add_task(
+                description, total=total, completed=completed, em=self._em(), errors=0
+            )
+
+    def _em(self) -> str:
+        return f"{self.em_sum / self.done:.3f}" if self.done else "-"
+
+    def __enter__(self) -> _Progress:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def advance(self, em: float, errors: int) -> None:
+        self.done += 1
+        self.em_sum += em
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, em=self._em(), errors=errors)
+
+
+def _outcomes(
+    todo: list[tuple[int, Example]], workers: int, call: Callable[[int, Example], _Outcome]
+) -> Iterator[_Outcome]:
+    """Answer ``todo`` in order on this thread, or on ``workers`` threads (yielding as they finish)."""
+    if workers <= 1:
+        for pos, ex in todo:
+            yield call(pos, ex)
+        return
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quco-eval")
+    pending: set[Future[_Outcome]] = set()
+    queue = iter(todo)
+    try:
+        for pos, ex in queue:
+            pending.add(pool.submit(call, pos, ex))
+            if len(pending) >= 2 * workers:
+                break
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                nxt = next(queue, None)
+                if nxt is not None:
+                    pending.add(pool.submit(call, *nxt))
+                yield fut.result()
+    finally:
+        # On Ctrl-C (or any exit) drop what has not started; questions in flight are redone on resume.
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def run_eval(
+    target: Any,
+    dataset: str | Path,
+    limit: int | None = None,
+    offset: int = 0,
+    out_dir: str | Path | None = None,
+    workers: int = 1,
+    resume: bool = True,
+    reprompt: bool = False,
+    progress: bool = True,
+    *,
+    sample: int | None = None,
+    seed: int = 0,
+    overrides: dict[str, Any] | None = None,
+    retry_errors: bool = False,
+    fingerprint: str | None = None,
+    reprompt_max_new_tokens: int = 20,
+    label: str | None = None,
+) -> RunSummary:
+    """Evaluate ``target`` on ``dataset`` into ``out_dir``, resuming what is already recorded there.
+
+    ``target`` is a config file path, a ``PipelineConfig``, a built ``Pipeline``, or any function
+    ``question -> Trace`` (identified in the config hash by its name and ``fingerprint``). Questions that raise
+    are recorded with their error (``retry_errors`` re-runs them). Ctrl-C stops after flushing what finished.
+    """
+    if workers < 1:
+        raise QucoError(f"workers must be >= 1, got {workers}")
+    start = time.perf_counter()
+    ref = resolve_dataset(dataset)
+    examples = load_dataset(dataset, limit=limit, offset=offset, sample=sample, seed=seed)
+    tgt = _resolve_target(target, overrides, fingerprint, progress)
+    identity: dict[str, Any] = {
+        "format": EVAL_FORMAT,
+        "metrics_version": METRICS_VERSION,
+        **tgt.identity,
+        "dataset": {
+            "name": ref.name,
+            "sha256": _sha256(ref.path),
+            "sample_seed": seed if sample is not None else None,
+        },
+        "reprompt": {"enabled": reprompt, "max_new_tokens": reprompt_max_new_tokens if reprompt else None},
+    }
+    config_hash = _hash(identity)
+    out = Path(out_dir) if out_dir is not None else default_out_dir(ref.name, tgt.method, config_hash)
+    out.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(out / ".lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise RunError(
+            f"another `quco eval` is writing into {out}; wait for it or choose another --out"
+        ) from None
+    try:
+        return _run_locked(
+            out, tgt, identity, config_hash, examples, ref, workers, resume, reprompt, progress,
+            retry_errors, reprompt_max_new_tokens, label, start,
+            {"dataset_path": str(ref.path), "limit": limit, "offset": offset, "sample": sample, "seed": seed},
+        )  # fmt: skip
+    finally:
+        lock.release()
+
+
+def _run_locked(
+    out: Path,
+    tgt: _Target,
+    identity: dict[str, Any],
+    config_hash: str,
+    examples: list[Example],
+    ref: Any,
+    workers: int,
+    resume: bool,
+    reprompt: bool,
+    progress: bool,
+    retry_errors: bool,
+    reprompt_tokens: int,
+    label: str | None,
+    start: float,
+    selection: dict[str, Any],
+) -> RunSummary:
+    results = out / RESULTS_FILE
+    scan = scan_results(results)
+    if scan.records and not resume:
+        raise RunError(
+            f"{out} already holds {len(scan.records)} results; resume into it (drop --no-resume) or choose another --out"
+        )
+    _check_or_write_config(out, identity, config_hash, selection, label)
+    if scan.torn:
+        log.warning("%s: dropping a torn last line (the previous run was killed while writing)", results)
+        with results.open("r+b") as fh:
+            fh.truncate(scan.good_bytes)
+            os.fsync(fh.fileno())
+    records = unique_records(scan.records, results)
+    if retry_errors and any(r.get("error") for r in records):
+        records = [r for r in records if not r.get("error")]
+        lines = "".join(json.dumps(r, ensure_ascii=False, default=_json_default) + "\n" for r in records)
+        _atomic_write(results, lines)
+    selected_ids = {ex.id for ex in examples}
+    prior = [r for r in records if str(r.get("id")) in selected_ids]
+    done_ids = {str(r["id"]) for r in prior}
+    todo = [(pos, ex) for pos, ex in enumerate(examples) if ex.id not in done_ids]
+    log.info("%s: %d of %d questions recorded, %d to answer", out, len(prior), len(examples), len(todo))
+
+    errors = sum(1 for r in prior if r.get("error"))
+    new: list[dict[str, Any]] = []
+    if todo:
+        answer_fn, pipe = tgt.build()
+        generator = getattr(pipe, "generator", None)
+        exemplars = tuple(getattr(getattr(pipe, "parts", None), "exemplars", ()) or ())
+        if reprompt and generator is None:
+            raise QucoError("the answer re-prompt needs a pipeline's generator; pass a config or a Pipeline")
+        if workers > 1 and tgt.backend == "hf":
+            log.warning(
+                "the in-process transformers backend generates one question at a time; using 1 worker"
+            )
+            workers = 1
+
+        def call(pos: int, ex: Example) -> _Outcome:
+            return _answer_one(answer_fn, ex, pos, reprompt, generator, exemplars, reprompt_tokens)
+
+        em_sum = sum(float(r.get("em") or 0.0) for r in prior)
+        bar = _Progress(progress, f"{tgt.method} on {ref.name}", len(examples), len(prior), em_sum)
+        try:
+            with bar, results.open("a", encoding="utf-8") as fh:
+                for outcome in _outcomes(todo, workers, call):
+                    rec = _record(outcome)
+                    _fsync_write(fh, json.dumps(rec, ensure_ascii=False, default=_json_default) + "\n")
+                    new.append(rec)
+                    errors += 1 if rec["error"] else 0
+                    bar.advance(rec["em"], errors)
+        except KeyboardInterrupt:
+            log.warning(
+                "interrupted: %d of %d questions recorded in %s; run the same command again to resume",
+                len(prior) + len(new), len(examples), out,
+            )  # fmt: skip
+            raise
+    done = prior + new
+    n = len(done)
+    return RunSummary(
+        out_dir=out,
+        selected=len(examples),
+        completed=n,
+        resumed=len(prior),
+        new=len(new),
+        errors=errors,
+        missing=sum(1 for r in done if r.get("missing") and not r.get("error")),
+        em=sum(float(r.get("em") or 0.0) for r in done) / n if n else 0.0,
+        f1=sum(float(r.get("f1") or 0.0) for r in done) / n if n else 0.0,
+        seconds=round(time.perf_counter() - start, 3),
+        config_hash=config_hash,
+    )
