@@ -118,12 +118,15 @@ def test_jsonl_variants(tmp_path: Path):
             '{"id": "p4", "title": "Delta", "text": "fourth", "extra": [1, 2]}',
         ],
     )
-    assert _passages(path) == [
+    report = CorpusReport()
+    assert _passages(path, report=report) == [
         Passage("p1", "Alpha", "first passage"),
         Passage("2", "", "no id and no title"),  # missing id -> line number
         Passage("7", "", "beir/pyserini spelling"),
         Passage("p4", "Delta", "fourth"),
     ]
+    assert (report.lines_read, report.passages, report.ignored_lines, report.skipped) == (5, 4, 1, 0)
+    assert report.accounted
 
 
 def test_gz_json_list_and_tsv_give_the_same_passages(hotpot_lines: list[str], tmp_path: Path):
@@ -159,10 +162,12 @@ def test_dpr_tsv_literal(tmp_path: Path):
             "2\tplain text without quotes\tSecond",
         ],
     )
-    assert _passages(path) == [
+    report = CorpusReport()
+    assert _passages(path, report=report) == [
         Passage("1", "Aaron", 'Aaron Aaron ( or ; "Ahärôn") is a prophet'),
         Passage("2", "Second", "plain text without quotes"),
     ]
+    assert report.lines_read == 3 and report.ignored_lines == 1 and report.accounted  # the header
 
 
 GOOD = '{"id": "g", "title": "T", "text": "good text"}'
@@ -211,7 +216,7 @@ def test_skip_mode_reports_every_bad_line(hotpot_lines: list[str], tmp_path: Pat
     with caplog.at_level(logging.WARNING, logger="quco.retrieval.corpus"):
         passages = _passages(path, on_error="skip", report=report)
     assert len(passages) == report.passages == 10
-    assert report.lines_read == 13 and report.skipped == 3
+    assert report.lines_read == 13 and report.skipped == 3 and report.accounted
     assert [s.line for s in report.skipped_lines] == [4, 7, 9]
     assert "UTF-8" in report.skipped_lines[0].reason
     assert "no 'text'" in report.skipped_lines[1].reason
@@ -379,10 +384,16 @@ def test_build_retriever_reuses_and_separates_corpora(hotpot_lines: list[str], t
 def test_index_corpus_report_skip_then_stop(hotpot_lines: list[str], tmp_path: Path):
     lines: list[str | bytes] = list(hotpot_lines[:30])
     lines.insert(10, b"\xff\xfe not utf-8")
+    lines.append("")
     corpus = _write(tmp_path / "c.jsonl", lines)
     out = tmp_path / "index"
     report = index_corpus(corpus, out_dir=out, on_error="skip", progress=False)
-    assert (report.lines_read, report.passages_indexed, report.skipped) == (31, 30, 1)
+    assert (report.lines_read, report.passages_indexed, report.skipped, report.ignored_lines) == (
+        32,
+        30,
+        1,
+        1,
+    )
     assert report.skipped_lines[0].line == 11 and not report.reused
     assert report.index_dir == out and report.seconds > 0
     again = index_corpus(corpus, out_dir=out, on_error="skip", progress=False)

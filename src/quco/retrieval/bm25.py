@@ -123,6 +123,7 @@ class IndexReport:
     lines_read: int
     passages_indexed: int
     skipped: int
+    ignored_lines: int = 0  # blank lines and the TSV header
     skipped_lines: list[SkippedLine] = field(default_factory=list)
     duplicate_ids: int = 0
     seconds: float = 0.0
@@ -269,7 +270,7 @@ class BM25Retriever:
             bm25.index((corpus_ids, vocab.stem_to_id), show_progress=progress)
             del corpus_ids
             indexed = int(bm25.scores["num_docs"])
-            _verify_counts(source, read=report.passages, stored=writer.count, indexed=indexed)
+            _verify_counts(source, report, stored=writer.count, indexed=indexed)
             bm25.save(str(tmp / _BM25_SUBDIR))
             manifest = {
                 "format": INDEX_FORMAT,
@@ -280,6 +281,7 @@ class BM25Retriever:
                 "fingerprint": fingerprint,
                 "passages": indexed,
                 "lines_read": report.lines_read,
+                "ignored_lines": report.ignored_lines,
                 "skipped": report.skipped,
                 "skipped_lines": [[s.line, s.reason] for s in report.skipped_lines],
                 "duplicate_ids": report.duplicate_ids,
@@ -338,11 +340,16 @@ class BM25Retriever:
         return cls(bm25, store, manifest, index_dir, max_query_words=max_query_words, n_threads=n_threads)
 
 
-def _verify_counts(source: CorpusSource, *, read: int, stored: int, indexed: int) -> None:
-    """The guard against silently partial indexes: every passage read must be stored and indexed."""
-    if not read == stored == indexed:
+def _verify_counts(source: CorpusSource, report: CorpusReport, *, stored: int, indexed: int) -> None:
+    """The guard against silently partial indexes: every line is accounted for, every passage indexed."""
+    if not report.accounted:
         raise IndexIntegrityError(
-            f"indexing {source.name} lost passages: read {read}, stored {stored}, indexed {indexed}; "
+            f"reading {source.name} lost lines: {report.lines_read} read = {report.passages} passages + "
+            f"{report.skipped} skipped + {report.ignored_lines} blank/header does not hold; nothing was written"
+        )
+    if not report.passages == stored == indexed:
+        raise IndexIntegrityError(
+            f"indexing {source.name} lost passages: read {report.passages}, stored {stored}, indexed {indexed}; "
             "nothing was written"
         )
 
@@ -482,6 +489,7 @@ def index_corpus(
         lines_read=int(m["lines_read"]),
         passages_indexed=len(retriever),
         skipped=int(m["skipped"]),
+        ignored_lines=int(m.get("ignored_lines", 0)),
         skipped_lines=[SkippedLine(int(line), str(reason)) for line, reason in m.get("skipped_lines", [])],
         duplicate_ids=int(m.get("duplicate_ids", 0)),
         seconds=time.perf_counter() - t0,

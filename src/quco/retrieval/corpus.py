@@ -58,15 +58,22 @@ class SkippedLine:
 class CorpusReport:
     """What one pass over a corpus saw; ``skipped`` counts all bad lines, ``skipped_lines`` keeps the first 1000.
 
-    ``lines_read`` counts file lines for line formats (JSONL, TSV) and records for whole-file JSON.
+    ``lines_read`` counts file lines for line formats (JSONL, TSV) and records for whole-file JSON; every one
+    of them is a passage, a skipped line, or an ignored line (blank, or the TSV header).
     """
 
     source: str = ""
     lines_read: int = 0
+    ignored_lines: int = 0
     passages: int = 0
     skipped: int = 0
     skipped_lines: list[SkippedLine] = field(default_factory=list)
     duplicate_ids: int = 0
+
+    @property
+    def accounted(self) -> bool:
+        """Every line read became a passage, a skip or an ignored line (the no-silent-loss invariant)."""
+        return self.lines_read == self.passages + self.skipped + self.ignored_lines
 
     def add_skip(self, line: int, reason: str) -> None:
         self.skipped += 1
@@ -306,6 +313,7 @@ class CorpusSource:
                 if lineno == 1:
                     line = line.removeprefix("\ufeff")
                 if not line.strip():
+                    report.ignored_lines += 1
                     continue
                 yield lineno, line.rstrip("\r\n")
             if progress is not None:
@@ -344,6 +352,7 @@ class CorpusSource:
                         "id, text, title (DPR psgs_w100 form)"
                     )
                 columns = {name: i for i, name in enumerate(names)}
+                report.ignored_lines += 1
                 continue
             if len(fields) != len(columns):
                 bad(lineno, f"expected {len(columns)} tab-separated fields, found {len(fields)}")
