@@ -24,6 +24,7 @@ from quco.retrieval import (
     Retriever,
     build_retriever,
     corpus_docs,
+    corpus_source,
     ensure_index,
     index_corpus,
 )
@@ -264,6 +265,8 @@ def test_corpus_docs_for_statistics_builders(hotpot_path: Path):
     assert len(first) == 4937 and list(docs) == first  # re-iterable
     doc_id, text = first[0]
     assert doc_id == "1" and text.startswith("Ed Wood (film)\nEd Wood is a 1994 American")
+    source = corpus_source(str(hotpot_path))  # the form the pipeline uses: source.docs + source.fingerprint()
+    assert list(source.docs()) == first and source.fingerprint() == docs.fingerprint
 
 
 # -- BM25 ------------------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ _LAZY = {
     "CorpusSource": "quco.retrieval.corpus",
     "SkippedLine": "quco.retrieval.corpus",
     "corpus_docs": "quco.retrieval.corpus",
+    "corpus_source": "quco.retrieval.corpus",
     "document_text": "quco.retrieval.corpus",
 }
 

@@ -225,6 +225,11 @@ class CorpusSource:
         _FP_MEMO[memo_key] = cached
         return cached
 
+    def docs(self, on_error: OnError = "stop") -> Iterator[tuple[str, str]]:
+        """``(doc_id, "title\\ntext")`` pairs: the documents other index builders (Infini-gram) consume."""
+        for passage in self.iter_passages(on_error=on_error):
+            yield passage.id, document_text(passage)
+
     def size_bytes(self) -> int:
         return self.path.stat().st_size
 
@@ -433,6 +438,11 @@ class CorpusDocs:
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
         return self()
+
+
+def corpus_source(spec: str | os.PathLike[str] | CorpusSource) -> CorpusSource:
+    """Resolve a corpus name or path (same as :meth:`CorpusSource.resolve`)."""
+    return CorpusSource.resolve(spec)
 
 
 def corpus_docs(
