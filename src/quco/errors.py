@@ -21,3 +21,7 @@ class CorpusFormatError(QucoError):
 
 class InputError(QucoError):
     """A question or other direct input is unusable (e.g. empty)."""
+
+
+class IndexIntegrityError(QucoError):
+    """An index on disk is incomplete, damaged, or does not match the corpus it should hold."""

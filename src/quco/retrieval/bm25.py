@@ -28,7 +28,7 @@ from filelock import FileLock
 from tqdm import tqdm
 
 from quco.config import RetrieverConfig
-from quco.errors import QucoError
+from quco.errors import IndexIntegrityError
 from quco.paths import cache_dir
 from quco.retrieval.base import Passage
 from quco.retrieval.corpus import CorpusReport, CorpusSource, OnError, SkippedLine, check_on_error
@@ -41,10 +41,6 @@ INDEX_VERSION = 1  # bump when the on-disk layout or the tokenisation changes
 MANIFEST_NAME = "manifest.json"
 _BM25_SUBDIR = "bm25"
 _TOKEN_RE = re.compile(r"(?u)\b\w\w+\b")  # bm25s's (and scikit-learn's) default token pattern
-
-
-class IndexIntegrityError(QucoError):
-    """An index on disk is incomplete, damaged, or does not match the corpus it should hold."""
 
 
 @dataclass(frozen=True)
