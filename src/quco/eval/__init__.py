@@ -1,0 +1,44 @@
+"""Evaluation: faithful metrics, resumable runs, confidence intervals, paired tests, analyses and reports."""
+
+from quco.eval.metrics import exact_match, extract_answer, f1_score, normalize_answer, score_prediction
+from quco.eval.runner import RunSummary, reprompt_answer, run_eval
+from quco.eval.runs import Run, load_run, record_costs
+from quco.eval.stats import (
+    Comparison,
+    Interval,
+    PairedResult,
+    bootstrap_ci,
+    compare,
+    compare_runs,
+    paired_test,
+)
+
+__all__ = [
+    "Comparison",
+    "Interval",
+    "PairedResult",
+    "Run",
+    "RunSummary",
+    "bootstrap_ci",
+    "compare",
+    "compare_runs",
+    "exact_match",
+    "extract_answer",
+    "f1_score",
+    "load_run",
+    "normalize_answer",
+    "paired_test",
+    "record_costs",
+    "reprompt_answer",
+    "run_eval",
+    "score_prediction",
+    "write_report",
+]
+
+
+def __getattr__(name: str):  # noqa: ANN202 - matplotlib is only imported when a report is written
+    if name == "write_report":
+        from quco.eval.report import write_report
+
+        return write_report
+    raise AttributeError(name)

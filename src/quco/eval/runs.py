@@ -110,7 +110,8 @@ def record_costs(rec: dict[str, Any]) -> dict[str, float]:
         "prompt_tokens": _total(counters.get("prompt_tokens", {})),
         "corpus_queries": float(counters.get("corpus_queries", 0)),
         "extractor_calls": float(calls.get("extractor", 0)),
-        "seconds": float(rec.get("seconds") or trace.get("seconds") or 0.0),
+        # The pipeline's own wall time (re-prompt included), consistent with its per-component seconds.
+        "seconds": float(trace.get("seconds") or rec.get("seconds") or 0.0),
     }
 
 

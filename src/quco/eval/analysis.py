@@ -1,0 +1,239 @@
+"""The paper's analyses, computed from recorded traces only (no model is run again).
+
+- EM by question-entity frequency (QuCo-RAG Fig. 5 / Table 10): questions binned by the corpus count of
+  their entities, as recorded by QuCo's stage 1 (``signals["entity_counts"]`` / ``signals["mean_count"]``).
+  Runs of other methods are binned by the frequencies another run recorded for the same questions.
+- EM against retrievals, tokens and LLM calls (Fig. 3), per run and per question.
+- Runtime by component (Fig. 4) from ``counters.seconds``.
+- Threshold sweeps (Fig. 6) where the signals allow: the stage-1 retrieval rate at any threshold, and, given a
+  run that always retrieves first and one that never does, the EM a stage-1 threshold would have reached.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from quco.eval.runs import COST_FIELDS, Run, component_seconds, record_costs
+from quco.trace import COMPONENTS
+
+# Decade bins of corpus counts: 0, 1-9, 10-99, ..., >= 1e6.
+FREQUENCY_EDGES: tuple[float, ...] = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, math.inf)
+
+
+def _bin_label(low: float, high: float) -> str:
+    def fmt(x: float) -> str:
+        if x >= 1_000_000:
+            return f"{x / 1_000_000:g}M"
+        if x >= 1_000:
+            return f"{x / 1_000:g}k"
+        return f"{x:g}"
+
+    if low == 0 and high == 1:
+        return "0"
+    if math.isinf(high):
+        return f">={fmt(low)}"
+    return f"{fmt(low)}-{fmt(high - 1) if high <= 1000 else fmt(high)}"
+
+
+def question_frequency(rec: dict[str, Any], stat: str = "mean") -> float | None:
+    """Corpus frequency of a question's entities from its stage-1 step: their mean (default) or minimum count."""
+    trace = rec.get("trace") or {}
+    for step in trace.get("steps", []):
+        signals = step.get("signals") or {}
+        if step.get("stage") != "before" or "entity_counts" not in signals:
+            continue
+        if stat == "mean" and signals.get("mean_count") is not None:
+            return float(signals["mean_count"])
+        counts = [
+            float(c["count"])
+            for c in signals["entity_counts"]
+            if c.get("count") is not None and c.get("status", "ok") == "ok"
+        ]
+        if not counts:
+            return None
+        return float(np.mean(counts)) if stat == "mean" else float(min(counts))
+    return None
+
+
+def frequencies(run: Run, stat: str = "mean") -> dict[str, float]:
+    out = {}
+    for rec in run.records:
+        f = question_frequency(rec, stat)
+        if f is not None:
+            out[str(rec["id"])] = f
+    return out
+
+
+@dataclass(frozen=True)
+class FrequencyTable:
+    """EM per entity-frequency bin for several runs (NaN where a bin holds none of a run's questions)."""
+
+    labels: list[str]
+    n: list[int]  # questions in each bin (with a frequency)
+    em: dict[str, list[float]]  # run name -> EM per bin
+    source: str  # the run whose recorded frequencies define the bins
+    stat: str
+
+
+def em_by_entity_frequency(
+    runs: Sequence[Run],
+    freq_run: Run | None = None,
+    stat: str = "mean",
+    edges: Sequence[float] = FREQUENCY_EDGES,
+) -> FrequencyTable | None:
+    """Bin questions by recorded entity frequency and report each run's EM per bin; None without signals."""
+    source = freq_run
+    if source is None:
+        source = next((r for r in runs if frequencies(r, stat)), None)
+    if source is None:
+        return None
+    freq = frequencies(source, stat)
+    if not freq:
+        return None
+    bins = list(zip(edges[:-1], edges[1:], strict=True))
+
+    def bin_of(value: float) -> int:
+        for i, (low, high) in enumerate(bins):
+            if low <= value < high:
+                return i
+        return len(bins) - 1
+
+    assignment = {qid: bin_of(v) for qid, v in freq.items()}
+    n = [0] * len(bins)
+    for b in assignment.values():
+        n[b] += 1
+    table: dict[str, list[float]] = {}
+    for run in runs:
+        sums = [0.0] * len(bins)
+        counts = [0] * len(bins)
+        for rec in run.records:
+            b = assignment.get(str(rec["id"]))
+            if b is not None:
+                sums[b] += float(rec.get("em") or 0.0)
+                counts[b] += 1
+        table[run.name] = [s / c if c else math.nan for s, c in zip(sums, counts, strict=True)]
+    labels = [_bin_label(low, high) for low, high in bins]
+    return FrequencyTable(labels, n, table, source.name, stat)
+
+
+@dataclass(frozen=True)
+class EfficiencyPoint:
+    """One run's mean EM and mean costs per question (a point of the EM-vs-cost plot)."""
+
+    run: str
+    em: float
+    costs: dict[str, float]
+
+
+def efficiency_points(runs: Sequence[Run]) -> list[EfficiencyPoint]:
+    points = []
+    for run in runs:
+        costs = {}
+        for f in COST_FIELDS:
+            vals = np.asarray(run.values(f), dtype=float)
+            vals = vals[np.isfinite(vals)]
+            costs[f] = float(vals.mean()) if len(vals) else math.nan
+        ems = run.values("em")
+        points.append(EfficiencyPoint(run.name, float(np.mean(ems)) if ems else math.nan, costs))
+    return points
+
+
+def em_by_cost(run: Run, cost: str = "retrievals", max_groups: int = 8) -> list[tuple[str, int, float]]:
+    """EM of the questions grouped by how much they cost: exact values when few, quantile bins otherwise."""
+    pairs = [(record_costs(r)[cost], float(r.get("em") or 0.0)) for r in run.records]
+    pairs = [(c, e) for c, e in pairs if math.isfinite(c)]
+    if not pairs:
+        return []
+    values = sorted({c for c, _ in pairs})
+    if len(values) <= max_groups:
+        groups = [(f"{v:g}", [e for c, e in pairs if c == v]) for v in values]
+    else:
+        costs = np.array([c for c, _ in pairs])
+        edges = np.unique(np.quantile(costs, np.linspace(0, 1, max_groups + 1)))
+        groups = []
+        for i, (low, high) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+            last = i == len(edges) - 2
+            members = [e for c, e in pairs if low <= c < high or (last and c == high)]
+            groups.append((f"{low:g}-{high:g}", members))
+    return [(label, len(ems), float(np.mean(ems))) for label, ems in groups if ems]
+
+
+def runtime_breakdown(runs: Sequence[Run]) -> dict[str, dict[str, float]]:
+    """Mean wall seconds per question by component (llm, retrieval, corpus_stats, extraction, other)."""
+    out = {}
+    for run in runs:
+        totals = dict.fromkeys(COMPONENTS, 0.0)
+        answered = [r for r in run.records if r.get("trace")]
+        for rec in answered:
+            for comp, sec in component_seconds(rec).items():
+                totals[comp] = totals.get(comp, 0.0) + sec
+        out[run.name] = {k: v / len(answered) if answered else 0.0 for k, v in totals.items()}
+    return out
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    threshold: float
+    trigger_rate: float  # share of questions (with a frequency) that would retrieve before generating
+    em: float | None  # simulated EM, when runs with and without stage-1 retrieval were given
+    n: int
+
+
+def threshold_sweep(
+    signal_run: Run,
+    thresholds: Sequence[float] | None = None,
+    with_run: Run | None = None,
+    without_run: Run | None = None,
+    stat: str = "mean",
+) -> list[SweepRow]:
+    """Stage-1 threshold sweep: retrieve before generating when the entity frequency is below the threshold.
+
+    With ``with_run`` (always retrieves first, e.g. SR-RAG) and ``without_run`` (never does, e.g. Wo-RAG), a
+    question's simulated EM is taken from the run the threshold would have chosen, on the questions all three
+    runs answered. Questions without a recorded frequency never trigger, as in QuCo-RAG's stage 1.
+    """
+    freq = frequencies(signal_run, stat)
+    if thresholds is None:
+        top = max(freq.values(), default=1.0)
+        thresholds = [0.0] + [10.0**k for k in range(0, int(math.log10(max(top, 1.0))) + 2)]
+    ids = [str(r["id"]) for r in signal_run.records]
+    simulate = with_run is not None and without_run is not None
+    if simulate:
+        em_with = {k: float(v.get("em") or 0.0) for k, v in with_run.by_id().items()}
+        em_without = {k: float(v.get("em") or 0.0) for k, v in without_run.by_id().items()}
+        ids = [i for i in ids if i in em_with and i in em_without]
+    rows = []
+    for t in thresholds:
+        fires = [i in freq and freq[i] < t for i in ids]
+        rate = float(np.mean(fires)) if ids else math.nan
+        em = None
+        if simulate and ids:
+            em = float(np.mean([em_with[i] if f else em_without[i] for i, f in zip(ids, fires, strict=True)]))
+        rows.append(SweepRow(float(t), rate, em, len(ids)))
+    return rows
+
+
+def claim_flag_rates(
+    run: Run, thresholds: Sequence[float], kind: str = "cooccurrence"
+) -> list[tuple[float, float]]:
+    """Stage-2 sweep: share of recorded claims of ``kind`` ("cooccurrence" or "head_count") flagged at each threshold.
+
+    Only the claims that were scanned are recorded (a scan stops at the first flagged sentence), so at a
+    higher threshold than the run's this is a lower bound.
+    """
+    counts = []
+    for rec in run.records:
+        for step in (rec.get("trace") or {}).get("steps", []):
+            for sent in (step.get("signals") or {}).get("sentences", []) or []:
+                for claim in sent.get("claims", []) or []:
+                    if claim.get("kind") == kind and claim.get("count") is not None:
+                        counts.append(float(claim["count"]))
+    if not counts:
+        return []
+    arr = np.asarray(counts)
+    return [(float(t), float(np.mean(arr < t))) for t in thresholds]

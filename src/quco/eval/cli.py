@@ -1,0 +1,229 @@
+"""The evaluation commands ``quco eval``, ``quco compare`` and ``quco report``.
+
+``eval_app`` is mounted into the main ``quco`` command with ``app.add_typer(eval_app)`` (no name: its commands
+join the top level). The plain functions ``eval_command``, ``compare_command`` and ``report_command`` do the
+work and return values, so they can be called from Python or another CLI as well.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from quco.config import PipelineConfig, load_config, parse_override
+from quco.datasets import DATASETS
+from quco.errors import QucoError
+from quco.eval.runner import RunSummary, run_eval
+from quco.eval.runs import load_run
+from quco.eval.stats import SUMMARY_FIELDS, Comparison, compare_runs, summarize
+
+eval_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+out = Console()
+err = Console(stderr=True)
+
+
+class DatasetNotGiven(QucoError):
+    """The dataset could not be inferred from the config."""
+
+
+def infer_dataset(cfg: PipelineConfig, config_path: Path | None) -> str:
+    """The dataset a config is written for: its folder (configs/hotpotqa/...), else its built-in exemplars."""
+    if config_path is not None and config_path.parent.name in DATASETS:
+        return config_path.parent.name
+    spec = cfg.prompt.exemplars
+    if spec.startswith("builtin:") and spec.split(":", 1)[1] in DATASETS:
+        return spec.split(":", 1)[1]
+    raise DatasetNotGiven("cannot tell which dataset this config is for; pass --dataset (e.g. hotpotqa)")
+
+
+def eval_command(
+    config: Path | None = None,
+    dataset: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+    out_dir: Path | None = None,
+    workers: int = 1,
+    resume: bool = True,
+    reprompt: bool = False,
+    sets: Sequence[str] = (),
+    method: str | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    retry_errors: bool = False,
+    label: str | None = None,
+    progress: bool = True,
+) -> RunSummary:
+    """Resolve the config (file + --method + --set), pick the dataset, and run (or resume) the evaluation."""
+    overrides = dict(parse_override(s) for s in sets)
+    cfg = load_config(config, overrides=overrides, method=method)
+    name = dataset or infer_dataset(cfg, config)
+    return run_eval(
+        cfg,
+        name,
+        limit=limit,
+        offset=offset,
+        out_dir=out_dir,
+        workers=workers,
+        resume=resume,
+        reprompt=reprompt,
+        progress=progress,
+        sample=sample,
+        seed=seed,
+        retry_errors=retry_errors,
+        label=label,
+    )
+
+
+def compare_command(run_a: Path, run_b: Path, metrics: Sequence[str] = ("em", "f1")) -> Comparison:
+    """Paired comparison of run B against run A on their common questions."""
+    unknown = [m for m in metrics if m not in SUMMARY_FIELDS]
+    if unknown:
+        raise QucoError(f"unknown metric '{unknown[0]}'; use one of {', '.join(SUMMARY_FIELDS)}")
+    return compare_runs(run_a, run_b, metrics)
+
+
+def report_command(runs: Sequence[Path], out_html: Path, baseline: int = 0) -> Path:
+    """Write the HTML report of ``runs`` (compared against ``runs[baseline]``)."""
+    from quco.eval.report import write_report
+
+    if not 0 <= baseline < len(runs):
+        raise QucoError(f"--baseline must index one of the {len(runs)} runs (0..{len(runs) - 1})")
+    return write_report(runs, out_html, baseline=baseline)
+
+
+# -- typer wiring -------------------------------------------------------------------------------------------
+
+
+def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except QucoError as exc:
+            err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err.print("interrupted; results so far are saved: run the same command again to resume")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def _logging(verbose: bool) -> None:
+    from rich.logging import RichHandler
+
+    handler = RichHandler(console=err, show_path=False, show_time=False, markup=False)
+    logging.basicConfig(level=logging.WARNING, handlers=[handler], format="%(message)s", force=True)
+    logging.getLogger("quco").setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+def _print_summary(summary: RunSummary) -> None:
+    run = load_run(summary.out_dir)
+    done = {str(r["id"]) for r in run.records}
+    table = Table(title=f"{run.name}: {summary.completed}/{summary.selected} questions", show_lines=False)
+    table.add_column("metric")
+    table.add_column("mean [95% CI]", justify="right")
+    stats = summarize(run)
+    for field in SUMMARY_FIELDS:
+        iv = stats[field]
+        scale = 100.0 if field in ("em", "f1") else 1.0
+        table.add_row(field, iv.format(digits=2, scale=scale))
+    out.print(table)
+    out.print(
+        f"{summary.new} answered now, {summary.resumed} resumed, {summary.errors} errors, "
+        f"{summary.missing} without an answer; {len(done)} recorded in {summary.out_dir}"
+    )
+
+
+@eval_app.command("eval")
+@_friendly
+def eval_cli(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML pipeline config.")] = None,
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            help="Dataset name (hotpotqa, 2wikimultihopqa, pubmedqa, strategyqa, musique), NAME:FILE, or FILE."
+        ),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="First N questions (after --offset).")] = None,
+    offset: Annotated[int, typer.Option(help="Skip the first N questions.")] = 0,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Run directory (default runs/DATASET-METHOD-HASH).")
+    ] = None,
+    workers: Annotated[
+        int, typer.Option(help="Questions answered concurrently (backends that allow it).")
+    ] = 1,
+    resume: Annotated[
+        bool, typer.Option(help="Continue a run in --out (default); --no-resume refuses.")
+    ] = True,
+    reprompt: Annotated[
+        bool,
+        typer.Option(help="Re-prompt 'So the answer is' when no answer is found (counted as an LLM call)."),
+    ] = False,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a config field (repeatable).")
+    ] = None,
+    method: Annotated[str | None, typer.Option("--method", "-m", help="Method name.")] = None,
+    sample: Annotated[
+        int | None, typer.Option(help="A seeded random sample of N questions instead of the first N.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of --sample.")] = 0,
+    retry_errors: Annotated[bool, typer.Option(help="Re-run questions recorded with an error.")] = False,
+    label: Annotated[str | None, typer.Option(help="Name of the run in reports.")] = None,
+    progress: Annotated[bool, typer.Option(help="Show the progress bar.")] = True,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+) -> None:
+    """Evaluate a method on a dataset: one JSON line per question, resumable, with EM/F1 and every cost."""
+    _logging(verbose)
+    summary = eval_command(
+        config, dataset, limit, offset, out_dir, workers, resume, reprompt, set_ or [], method, sample, seed,
+        retry_errors, label, progress,
+    )  # fmt: skip
+    _print_summary(summary)
+
+
+@eval_app.command("compare")
+@_friendly
+def compare_cli(
+    run_a: Annotated[Path, typer.Argument(help="Baseline run directory.")],
+    run_b: Annotated[Path, typer.Argument(help="Run directory compared against it.")],
+    metric: Annotated[list[str] | None, typer.Option(help="Metric (repeatable; default em and f1).")] = None,
+) -> None:
+    """Paired test of run B against run A on the same questions: difference, 95% interval, p-value."""
+    _logging(False)
+    comp = compare_command(run_a, run_b, metric or ["em", "f1"])
+    table = Table(title=f"{comp.b} vs {comp.a} on {comp.n_common} common questions")
+    for col in ("metric", comp.a, comp.b, "B − A [95% CI]", "p (permutation)"):
+        table.add_column(col, justify="right")
+    for m, r in comp.results.items():
+        scale = 100.0 if m in ("em", "f1") else 1.0
+        table.add_row(
+            m,
+            f"{r.mean_a * scale:.2f}",
+            f"{r.mean_b * scale:.2f}",
+            r.diff.format(2, scale),
+            f"{r.p_value:.4f}",
+        )
+    out.print(table)
+    if comp.only_a or comp.only_b:
+        out.print(f"[dim]{comp.only_a} questions only in A, {comp.only_b} only in B (left out)[/dim]")
+
+
+@eval_app.command("report")
+@_friendly
+def report_cli(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories written by `quco eval`.")],
+    out_html: Annotated[Path, typer.Option("--out", "-o", help="HTML file to write.")] = Path("report.html"),
+    baseline: Annotated[int, typer.Option(help="Index of the run the others are tested against.")] = 0,
+) -> None:
+    """Write a self-contained HTML report: comparison table with intervals, plots, per-question traces."""
+    _logging(False)
+    path = report_command(runs, out_html, baseline)
+    out.print(f"report written to {path}")

@@ -1,0 +1,168 @@
+"""Confidence intervals and paired tests, so that a difference between two methods can be told from noise.
+
+Intervals are percentile bootstraps of the per-question mean. Two runs are compared on the questions both
+answered: a paired bootstrap gives the interval of the mean difference, and a paired sign-flip permutation
+test gives its two-sided p-value (exact enough at 10,000 permutations; add-one smoothing keeps p > 0).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from quco.eval.runs import COST_FIELDS, Run, RunError, load_run
+
+log = logging.getLogger(__name__)
+
+SCORE_FIELDS = ("em", "f1")
+SUMMARY_FIELDS = SCORE_FIELDS + COST_FIELDS
+_CHUNK = 1000  # bootstrap resamples per batch: bounds memory at CHUNK x n indices
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean with its bootstrap confidence interval over ``n`` questions."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    def format(self, digits: int = 3, scale: float = 1.0) -> str:
+        if self.n == 0 or math.isnan(self.mean):
+            return "n/a"
+        return (
+            f"{self.mean * scale:.{digits}f} [{self.low * scale:.{digits}f}, {self.high * scale:.{digits}f}]"
+        )
+
+
+def _finite(values: Sequence[float]) -> np.ndarray:
+    arr = np.asarray(values, dtype=float)
+    return arr[np.isfinite(arr)]
+
+
+def bootstrap_ci(
+    values: Sequence[float], n_boot: int = 10_000, level: float = 0.95, seed: int = 0
+) -> Interval:
+    """Percentile-bootstrap interval of the mean; NaN values (e.g. costs of failed questions) are left out."""
+    arr = _finite(values)
+    n = len(arr)
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    mean = float(arr.mean())
+    if n == 1 or np.all(arr == arr[0]):
+        return Interval(mean, mean, mean, n)
+    rng = np.random.default_rng(seed)
+    means = np.empty(n_boot)
+    for start in range(0, n_boot, _CHUNK):
+        size = min(_CHUNK, n_boot - start)
+        means[start : start + size] = arr[rng.integers(0, n, size=(size, n))].mean(axis=1)
+    alpha = (1 - level) / 2
+    low, high = np.quantile(means, [alpha, 1 - alpha])
+    return Interval(mean, float(low), float(high), n)
+
+
+def permutation_p_value(diffs: Sequence[float], n_perm: int = 10_000, seed: int = 0) -> float:
+    """Two-sided p-value of a mean paired difference under random sign flips (H0: no difference)."""
+    d = _finite(diffs)
+    n = len(d)
+    if n == 0:
+        return math.nan
+    observed = abs(d.mean())
+    if observed == 0:
+        return 1.0
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for start in range(0, n_perm, _CHUNK):
+        size = min(_CHUNK, n_perm - start)
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(size, n))
+        hits += int(np.sum(np.abs((signs * d).mean(axis=1)) >= observed - 1e-12))
+    return (hits + 1) / (n_perm + 1)
+
+
+@dataclass(frozen=True)
+class PairedResult:
+    """B minus A on the same questions: the difference, its interval, and the permutation p-value."""
+
+    metric: str
+    n: int
+    mean_a: float
+    mean_b: float
+    diff: Interval
+    p_value: float
+
+
+def paired_test(
+    a: Sequence[float], b: Sequence[float], metric: str = "em", n_boot: int = 10_000, seed: int = 0
+) -> PairedResult:
+    """Paired bootstrap interval and sign-flip permutation p-value of mean(b - a)."""
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if xa.shape != xb.shape:
+        raise ValueError(f"paired samples differ in length: {len(xa)} vs {len(xb)}")
+    keep = np.isfinite(xa) & np.isfinite(xb)
+    xa, xb = xa[keep], xb[keep]
+    diffs = xb - xa
+    return PairedResult(
+        metric=metric,
+        n=len(diffs),
+        mean_a=float(xa.mean()) if len(xa) else math.nan,
+        mean_b=float(xb.mean()) if len(xb) else math.nan,
+        diff=bootstrap_ci(diffs, n_boot=n_boot, seed=seed),
+        p_value=permutation_p_value(diffs, n_perm=n_boot, seed=seed + 1),
+    )
+
+
+def summarize(run: Run, fields: Sequence[str] = SUMMARY_FIELDS, n_boot: int = 10_000) -> dict[str, Interval]:
+    """Mean and 95% interval of each score and cost per question of one run."""
+    return {f: bootstrap_ci(run.values(f), n_boot=n_boot) for f in fields}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two runs compared on their common questions."""
+
+    a: str
+    b: str
+    n_common: int
+    only_a: int
+    only_b: int
+    results: dict[str, PairedResult]
+
+
+def compare(
+    a: Run, b: Run, metrics: Sequence[str] = ("em", "f1"), n_boot: int = 10_000, seed: int = 0
+) -> Comparison:
+    """Pair two runs on the question ids both recorded (a question that raised counts as wrong)."""
+    da, db = a.dataset, b.dataset
+    if (
+        da.get("sha256")
+        and db.get("sha256")
+        and (da.get("name"), da["sha256"]) != (db.get("name"), db["sha256"])
+    ):
+        raise RunError(
+            f"{a.dir} and {b.dir} were run on different datasets; a paired comparison needs the same one"
+        )
+    ra, rb = a.by_id(), b.by_id()
+    common = [i for i in ra if i in rb]
+    if not common:
+        raise RunError(f"{a.dir} and {b.dir} have no question in common; nothing to compare")
+    if len(common) < max(len(ra), len(rb)):
+        log.warning(
+            "comparing on the %d questions both runs answered (of %d and %d)", len(common), len(ra), len(rb)
+        )
+    pa = Run(a.dir, a.config, [ra[i] for i in common])
+    pb = Run(b.dir, b.config, [rb[i] for i in common])
+    results = {m: paired_test(pa.values(m), pb.values(m), m, n_boot=n_boot, seed=seed) for m in metrics}
+    return Comparison(a.name, b.name, len(common), len(ra) - len(common), len(rb) - len(common), results)
+
+
+def compare_runs(
+    a_dir: str | Path, b_dir: str | Path, metrics: Sequence[str] = ("em", "f1"), n_boot: int = 10_000
+) -> Comparison:
+    """``quco compare``: read two run directories and test B against A on their common questions."""
+    return compare(load_run(a_dir), load_run(b_dir), metrics, n_boot=n_boot)
