@@ -134,7 +134,10 @@ def run(method: Method, question: str, ctx: RunContext) -> None:
                 gen = cut_generation(gen, _first_sentence_chars(raw, sentences))
                 sentences = sentences[:1]
             ended = gen.finish_reason in ("eos", "stop") and len(gen.text) == len(raw)
-            draft = Draft(text=gen.text.strip(), sentences=sentences, generation=gen, prefix=text)
+            # The prompt travels with the draft so that a check can sample the same unit again (black-box).
+            draft = Draft(
+                text=gen.text.strip(), sentences=sentences, generation=gen, prefix=text, prompt=prompt
+            )
         step.draft = draft.text
         if not draft.text:
             step.decision, step.reason = "stop", "the model generated nothing"

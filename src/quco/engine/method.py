@@ -59,6 +59,7 @@ class Draft:
     sentences: list[str]
     generation: Generation | None
     prefix: str  # accepted text before this draft
+    prompt: str = ""  # the exact prompt the draft came from ("" for a remainder): lets a check re-sample it
 
 
 @dataclass
