@@ -1,0 +1,234 @@
+"""The run loop: durable lines, resume without repeats after kill -9 / Ctrl-C / torn writes, config guard,
+recorded errors, threads. The answerer is a deterministic function over real HotpotQA questions, so these
+tests need no model (the real pipeline is covered by tests/test_eval_integration.py).
+
+Run as a script (``python tests/test_eval_runner.py OUT LIMIT SLEEP``) this file evaluates its answerer
+into OUT; the kill tests start it as a subprocess.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quco.config import load_config
+from quco.datasets import load_dataset
+from quco.eval.metrics import score_prediction
+from quco.eval.runner import run_eval
+from quco.eval.runs import RESULTS_FILE, RunError, load_run, scan_results
+from quco.paths import data_dir
+from quco.trace import Step, Trace
+
+EXAMPLES = load_dataset("hotpotqa", limit=40)
+GOLD = {e.question: e.answers[0] for e in EXAMPLES}
+FAILS = {EXAMPLES[3].question}  # this question raises, to check that errors are recorded and the run goes on
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+SLEEP = float(os.environ.get("QUCO_TEST_SLEEP", "0"))
+
+
+def toy_answer(question: str) -> Trace:
+    """Right for about half the questions (by a hash of the question), with a step and counters like a method."""
+    if question in FAILS:
+        raise ValueError("simulated failure")
+    if SLEEP:
+        time.sleep(SLEEP)
+    h = int(hashlib.sha256(question.encode()).hexdigest(), 16)
+    trace = Trace(question=question, method="toy")
+    answer = GOLD[question] if h % 2 else "Paris"
+    trace.prediction = f"Reasoning about it. So the answer is {answer}." if h % 5 else "I do not know."
+    trace.steps.append(
+        Step(index=0, stage="before", signals={"mean_count": float(h % 1000)}, decision="keep")
+    )
+    trace.counters.add_llm("main", 100 + h % 50, 20 + h % 7)
+    trace.counters.retrievals = h % 3
+    return trace
+
+
+def _stable(rec: dict[str, Any]) -> dict[str, Any]:
+    """A record without its wall times, which differ between two runs of the same thing."""
+    rec = json.loads(json.dumps(rec))
+    rec.pop("seconds", None)
+    if rec.get("trace"):
+        rec["trace"].pop("seconds", None)
+        rec["trace"]["counters"].pop("seconds", None)
+    rec.pop("error_traceback", None)
+    return rec
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (path / RESULTS_FILE).read_text("utf-8").splitlines()]
+
+
+def test_every_question_recorded_in_order_with_scores_and_errors(tmp_path: Path) -> None:
+    summary = run_eval(toy_answer, "hotpotqa", limit=12, out_dir=tmp_path, progress=False)
+    recs = _lines(tmp_path)
+    assert [r["id"] for r in recs] == [e.id for e in EXAMPLES[:12]]
+    assert (summary.completed, summary.new, summary.resumed, summary.errors) == (12, 12, 0, 1)
+    failed = recs[3]
+    assert failed["error"] == "ValueError: simulated failure"
+    assert (failed["em"], failed["trace"]) == (0.0, None)
+    for rec, ex in zip(recs, EXAMPLES[:12], strict=True):
+        if rec["error"]:
+            continue
+        s = score_prediction(rec["prediction"], ex.answers, ex.kind, ex.dataset)
+        assert (rec["answer"], rec["em"], rec["missing"]) == (s.answer, s.em, s.missing)
+        assert rec["gold"] == ex.answers
+        assert rec["trace"]["counters"]["llm_calls"] == {"main": 1}
+    assert summary.em == pytest.approx(sum(r["em"] for r in recs) / 12)
+    assert summary.missing == sum(1 for r in recs if r["missing"] and not r["error"])
+    assert summary.missing > 0  # "I do not know." has no answer: counted wrong, not scored as text
+
+
+def test_resume_answers_only_what_is_missing(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def counting(q: str) -> Trace:
+        asked.append(q)
+        return toy_answer(q)
+
+    run_eval(counting, "hotpotqa", limit=5, out_dir=tmp_path, progress=False)
+    assert len(asked) == 5
+    summary = run_eval(counting, "hotpotqa", limit=10, out_dir=tmp_path, progress=False)
+    assert len(asked) == 10 and len(set(asked)) == 10
+    assert (summary.resumed, summary.new, summary.completed) == (5, 5, 10)
+    summary = run_eval(counting, "hotpotqa", limit=10, out_dir=tmp_path, progress=False)
+    assert len(asked) == 10 and summary.new == 0
+    assert [r["id"] for r in _lines(tmp_path)] == [e.id for e in EXAMPLES[:10]]
+    # A recorded error is kept on resume, and re-run on request without duplicating the question.
+    summary = run_eval(counting, "hotpotqa", limit=10, out_dir=tmp_path, progress=False, retry_errors=True)
+    assert summary.new == 1 and asked[-1] == EXAMPLES[3].question
+    ids = [r["id"] for r in _lines(tmp_path)]
+    assert sorted(ids) == sorted(e.id for e in EXAMPLES[:10])
+
+
+def test_torn_last_line_is_dropped_and_redone(tmp_path: Path) -> None:
+    full = tmp_path / "full"
+    run_eval(toy_answer, "hotpotqa", limit=8, out_dir=full, progress=False)
+    expected = [_stable(r) for r in _lines(full)]
+    part = tmp_path / "part"
+    run_eval(toy_answer, "hotpotqa", limit=6, out_dir=part, progress=False)
+    line = (full / RESULTS_FILE).read_text("utf-8").splitlines()[6]
+    with (part / RESULTS_FILE).open("a", encoding="utf-8") as fh:
+        fh.write(line[: len(line) // 2])  # the writer was killed half-way through question 7
+    scan = scan_results(part / RESULTS_FILE)
+    assert scan.torn and len(scan.records) == 6
+    assert len(load_run(part).records) == 6  # readers skip the torn line too
+    summary = run_eval(toy_answer, "hotpotqa", limit=8, out_dir=part, progress=False)
+    assert summary.new == 2
+    assert [_stable(r) for r in _lines(part)] == expected
+
+
+def test_corrupt_line_in_the_middle_is_an_error(tmp_path: Path) -> None:
+    run_eval(toy_answer, "hotpotqa", limit=3, out_dir=tmp_path, progress=False)
+    lines = (tmp_path / RESULTS_FILE).read_text("utf-8").splitlines()
+    lines[1] = lines[1][:20]
+    (tmp_path / RESULTS_FILE).write_text("\n".join(lines) + "\n", "utf-8")
+    with pytest.raises(RunError, match=r"line 2 is corrupt"):
+        run_eval(toy_answer, "hotpotqa", limit=3, out_dir=tmp_path, progress=False)
+
+
+def test_changed_config_refuses_to_resume(tmp_path: Path) -> None:
+    cfg = load_config(CONFIGS / "hotpotqa/sr-rag.yaml")
+    # limit=0 writes the run's config without building the pipeline.
+    assert run_eval(cfg, "hotpotqa", limit=0, out_dir=tmp_path, progress=False).completed == 0
+    stored = (tmp_path / "config.yaml").read_text("utf-8")
+    assert "config_hash:" in stored and "method: sr-rag" in stored and "sha256: b48bf547" in stored
+    run_eval(cfg, "hotpotqa", limit=0, out_dir=tmp_path, progress=False)  # same config: fine
+    changed = load_config(CONFIGS / "hotpotqa/sr-rag.yaml", overrides={"retriever.top_k": 5})
+    with pytest.raises(RunError, match=r"different configuration \(pipeline\.retriever\.top_k \(3 -> 5\)\)"):
+        run_eval(changed, "hotpotqa", limit=0, out_dir=tmp_path, progress=False)
+    with pytest.raises(RunError, match="different configuration"):
+        run_eval(cfg, "2wikimultihopqa", limit=0, out_dir=tmp_path, progress=False)
+    with pytest.raises(RunError, match="different configuration"):
+        run_eval(cfg, "hotpotqa", limit=0, out_dir=tmp_path, progress=False, reprompt=True)
+    other = tmp_path / "fn"
+    run_eval(toy_answer, "hotpotqa", limit=2, out_dir=other, progress=False, fingerprint="v1")
+    with pytest.raises(RunError, match=r"fingerprint \('v1' -> 'v2'\)"):
+        run_eval(toy_answer, "hotpotqa", limit=2, out_dir=other, progress=False, fingerprint="v2")
+    with pytest.raises(RunError, match="already holds 2 results"):
+        run_eval(
+            toy_answer, "hotpotqa", limit=2, out_dir=other, progress=False, fingerprint="v1", resume=False
+        )
+
+
+def test_threads_answer_concurrently_with_the_same_results(tmp_path: Path) -> None:
+    names: set[str] = set()
+
+    def threaded(q: str) -> Trace:
+        names.add(threading.current_thread().name)
+        time.sleep(0.02)
+        return toy_answer(q)
+
+    run_eval(toy_answer, "hotpotqa", limit=16, out_dir=tmp_path / "one", progress=False)
+    summary = run_eval(threaded, "hotpotqa", limit=16, out_dir=tmp_path / "four", workers=4, progress=False)
+    assert summary.completed == 16
+    assert len(names) > 1
+    one = {r["id"]: _stable(r) for r in _lines(tmp_path / "one")}
+    four = {r["id"]: _stable(r) for r in _lines(tmp_path / "four")}
+    assert one == four
+
+
+def _start(out: Path, limit: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "QUCO_DATA_DIR": str(data_dir()), "QUCO_TEST_SLEEP": "0.05"}
+    return subprocess.Popen(
+        [sys.executable, __file__, str(out), str(limit)],
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _wait_for_lines(out: Path, n: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    path = out / RESULTS_FILE
+    while time.monotonic() < deadline:
+        if path.is_file() and path.read_bytes().count(b"\n") >= n:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"runner exited early: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.01)
+    raise AssertionError(f"fewer than {n} lines after {timeout}s")
+
+
+def test_kill_9_and_ctrl_c_then_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
+    limit = 30
+    whole = tmp_path / "whole"
+    proc = _start(whole, limit)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read().decode()[-2000:]
+
+    cut = tmp_path / "cut"
+    proc = _start(cut, limit)
+    _wait_for_lines(cut, 4, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    after_kill = len(scan_results(cut / RESULTS_FILE).records)
+    assert 4 <= after_kill < limit
+
+    proc = _start(cut, limit)  # resume, then Ctrl-C
+    _wait_for_lines(cut, after_kill + 4, proc)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) != 0
+    after_int = len(scan_results(cut / RESULTS_FILE).records)
+    assert after_kill + 4 <= after_int < limit
+
+    proc = _start(cut, limit)  # resume to the end
+    assert proc.wait(timeout=120) == 0, proc.stderr.read().decode()[-2000:]
+    got = _lines(cut)
+    assert len(got) == limit and len({r["id"] for r in got}) == limit
+    assert [_stable(r) for r in got] == [_stable(r) for r in _lines(whole)]
+
+
+if __name__ == "__main__":
+    out_dir, n = sys.argv[1], int(sys.argv[2])
+    run_eval(toy_answer, "hotpotqa", limit=n, out_dir=out_dir, progress=False)
