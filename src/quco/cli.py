@@ -27,6 +27,16 @@ app = typer.Typer(
 )
 index_app = typer.Typer(help="Build retrieval and corpus-statistics indexes.", no_args_is_help=False)
 app.add_typer(index_app, name="index")
+serve_app = typer.Typer(help="Run quco's HTTP services.", no_args_is_help=True)
+app.add_typer(serve_app, name="serve")
+
+
+def _mount_optional() -> None:
+    """Commands that live with their subsystems (evaluation, calibration)."""
+    from quco.eval.cli import eval_app
+
+    app.add_typer(eval_app)
+
 
 out = Console()
 err = Console(stderr=True)
@@ -174,12 +184,32 @@ def _index_bm25(corpus: str, out_dir: Path | None, on_error: str) -> None:
 
 
 def _index_stats(corpus: str, out_dir: Path | None, tokenizer: str, on_error: str) -> None:
-    from quco.corpus_stats import index_stats
+    from quco.corpus_stats import Manifest, build_local_index, default_index_dir
+    from quco.retrieval import CorpusReport, corpus_docs
 
-    report = index_stats(corpus, out_dir=out_dir, tokenizer=tokenizer, on_error=on_error, progress=True)
+    docs = corpus_docs(corpus, on_error=on_error)  # type: ignore[arg-type]
+    target = (out_dir or default_index_dir(docs.fingerprint, tokenizer)).expanduser().resolve()
+    if target.exists():
+        manifest = Manifest.read(target)
+        if manifest.corpus_fingerprint == docs.fingerprint:
+            out.print(f"corpus statistics: index exists ({manifest.doc_count} documents) -> {target}")
+            return
+        raise QucoError(
+            f"{target} already holds an index of another corpus; choose another --out or delete it"
+        )
+    report = CorpusReport()
+    t0 = time.perf_counter()
+    build_local_index(
+        docs(report), target, tokenizer=tokenizer, progress=True, corpus_fingerprint=docs.fingerprint
+    )
+    manifest = Manifest.read(target)
+    if manifest.doc_count != report.passages:
+        raise QucoError(
+            f"index holds {manifest.doc_count} documents but {report.passages} were read; rebuild it"
+        )
     out.print(
-        f"corpus statistics: {report.documents} documents, {report.tokens} tokens in {report.seconds:.1f}s "
-        f"-> {report.index_dir}"
+        f"corpus statistics: {manifest.doc_count} documents indexed from {report.lines_read} lines "
+        f"({report.skipped} skipped), {manifest.token_count} tokens in {time.perf_counter() - t0:.1f}s -> {target}"
     )
 
 
@@ -222,6 +252,26 @@ def show_config(config: ConfigOpt = None, method: MethodOpt = None, set_: SetOpt
     """Print the resolved configuration (defaults, file and overrides) as JSON."""
     cfg = load_config(config, overrides=_overrides(set_), method=method)
     sys.stdout.write(json.dumps(cfg.model_dump(), indent=2) + "\n")
+
+
+@serve_app.command("stats")
+@friendly_errors
+def serve_stats_cmd(
+    index: Annotated[
+        list[Path], typer.Option("--index", help="Local Infini-gram index directory (repeatable).")
+    ],
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).")] = 8765,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Serve local indexes over the hosted Infini-gram API's JSON protocol."""
+    from quco.corpus_stats.server import serve_stats
+
+    _setup_logging(verbose)
+    serve_stats(index, host=host, port=port)
+
+
+_mount_optional()
 
 
 def main() -> None:
