@@ -69,6 +69,12 @@ def frequencies(run: Run, stat: str = "mean") -> dict[str, float]:
     return out
 
 
+def signal_source(runs: Sequence[Run], stat: str = "mean") -> Run | None:
+    """The run whose recorded entity frequencies to use: a QuCo-RAG run if any has them, else the first that does."""
+    with_signals = [r for r in runs if frequencies(r, stat)]
+    return next((r for r in with_signals if r.method == "quco"), with_signals[0] if with_signals else None)
+
+
 @dataclass(frozen=True)
 class FrequencyTable:
     """EM per entity-frequency bin for several runs (NaN where a bin holds none of a run's questions)."""
@@ -87,9 +93,7 @@ def em_by_entity_frequency(
     edges: Sequence[float] = FREQUENCY_EDGES,
 ) -> FrequencyTable | None:
     """Bin questions by recorded entity frequency and report each run's EM per bin; None without signals."""
-    source = freq_run
-    if source is None:
-        source = next((r for r in runs if frequencies(r, stat)), None)
+    source = freq_run if freq_run is not None else signal_source(runs, stat)
     if source is None:
         return None
     freq = frequencies(source, stat)

@@ -23,6 +23,7 @@ from quco.eval.analysis import (
     em_by_cost,
     em_by_entity_frequency,
     runtime_breakdown,
+    signal_source,
     threshold_sweep,
 )
 from quco.eval.runs import Run, load_run
@@ -229,7 +230,7 @@ def _plot_em_by_retrievals(runs: Sequence[Run]) -> str:
 
 
 def _plot_sweep(runs: Sequence[Run]) -> str | None:
-    signal = next((r for r in runs if em_by_entity_frequency([r], r) is not None), None)
+    signal = signal_source(runs)
     if signal is None:
         return None
     by_method = {r.method: r for r in runs}

@@ -108,8 +108,9 @@ def _resolve_target(
         name = (
             f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', type(target).__name__)}"
         )
-        identity = {"answerer": name, "fingerprint": fingerprint}
-        return _Target(identity, lambda: (target, None), name.rsplit(".", 1)[-1])
+        method = str(getattr(target, "method", "") or name.rsplit(".", 1)[-1])
+        identity = {"answerer": name, "method": method, "fingerprint": fingerprint}
+        return _Target(identity, lambda: (target, None), method)
     raise QucoError(
         f"cannot evaluate a {type(target).__name__}: pass a config file, a PipelineConfig, a Pipeline, "
         "or a function question -> Trace"

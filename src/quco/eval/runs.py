@@ -135,7 +135,8 @@ class Run:
 
     @property
     def method(self) -> str:
-        return str((self.config.get("pipeline") or {}).get("method") or self.config.get("answerer") or "?")
+        pipeline = self.config.get("pipeline") or {}
+        return str(pipeline.get("method") or self.config.get("method") or self.config.get("answerer") or "?")
 
     @property
     def dataset(self) -> dict[str, Any]:
