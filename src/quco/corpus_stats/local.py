@@ -221,9 +221,9 @@ class LocalInfiniGram:
                 total += int((ends[local] - shard.starts[local]).sum())
         return total
 
-    def _count_docs_containing(self, docs: np.ndarray, seqs: list[tuple[int, ...]]) -> int:
-        """How many of ``docs`` contain any of ``seqs``, by scanning their tokens."""
-        hits = 0
+    def _filter_docs_containing(self, docs: np.ndarray, seqs: list[tuple[int, ...]]) -> np.ndarray:
+        """The subset of ``docs`` that contain any of ``seqs``, found by scanning their tokens."""
+        kept = []
         for shard in self._shards:
             local = (
                 docs[(docs >= shard.doc_base) & (docs < shard.doc_base + len(shard.starts))] - shard.doc_base
@@ -243,10 +243,63 @@ class LocalInfiniGram:
                 mask = toks[:n] == seq[0]
                 for j in range(1, len(seq)):
                     mask &= toks[j : n + j] == seq[j]
-                pos = np.flatnonzero(mask)
-                found[np.searchsorted(cum, pos, side="right") - 1] = True
-            hits += int(found.sum())
-        return hits
+                found[np.searchsorted(cum, np.flatnonzero(mask), side="right") - 1] = True
+            kept.append(local[found] + shard.doc_base)
+        return np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+
+    # ------------------------------------------------------------------ token-level queries (also used by the server)
+
+    def count_ids(self, seqs: list[tuple[int, ...]]) -> tuple[int, bool]:
+        """Occurrences of any of the token sequences -> (count, approx)."""
+        total, approx = 0, False
+        for seq in drop_extensions([tuple(s) for s in seqs]):
+            res = self.engine.count(list(seq))
+            if "error" in res:
+                raise RuntimeError(res["error"])
+            total += int(res["count"])
+            approx = approx or bool(res.get("approx", False))
+        return total, approx
+
+    def count_cnf_ids(
+        self,
+        clauses: list[list[tuple[int, ...]]],
+        cooccurrence: Cooccurrence | None = None,
+        max_diff_tokens: int | None = None,
+        max_clause_freq: int | None = None,
+    ) -> tuple[int, bool]:
+        """An AND of OR-clauses -> (count, approx): spans within a window, or documents containing all clauses."""
+        clauses = [drop_extensions([tuple(s) for s in c]) for c in clauses]
+        if len(clauses) == 1:
+            return self.count_ids(clauses[0])
+        if (cooccurrence or self.cooccurrence) == "window":
+            cnf = [[list(s) for s in c] for c in clauses]
+            res = self.engine.count_cnf(
+                cnf, max_clause_freq or self.max_clause_freq, max_diff_tokens or self.max_diff_tokens
+            )
+            if "error" in res:
+                raise RuntimeError(res["error"])
+            return int(res["count"]), bool(res["approx"])
+        return self._doc_count(clauses), False
+
+    def _doc_count(self, clauses: list[list[tuple[int, ...]]]) -> int:
+        """Documents containing every clause; starts from the rarest and narrows the candidate set."""
+        infos = []
+        for seqs in clauses:
+            ranges = [self._ranges(s) for s in seqs]
+            n = sum(e - s for r in ranges for s, e in r)
+            if n == 0:
+                return 0
+            infos.append((n, seqs, ranges))
+        infos.sort(key=lambda x: x[0])
+        docs = self._docs(infos[0][2])
+        for n, seqs, ranges in infos[1:]:
+            if not docs.size:
+                break
+            if n > SCAN_RATIO * self._doc_tokens(docs):
+                docs = self._filter_docs_containing(docs, seqs)
+            else:
+                docs = np.intersect1d(docs, self._docs(ranges), assume_unique=True)
+        return int(docs.size)
 
     # ------------------------------------------------------------------ CorpusStats
 
@@ -254,14 +307,7 @@ class LocalInfiniGram:
         started = time.perf_counter()
         query = describe(phrase)
         try:
-            total = 0
-            approx = False
-            for seq in self._encode(phrase):
-                res = self.engine.count(list(seq))
-                if "error" in res:
-                    raise RuntimeError(res["error"])
-                total += int(res["count"])
-                approx = approx or bool(res.get("approx", False))
+            total, approx = self.count_ids(self._encode(phrase))
             return self._result(query, total, started, exact=not approx)
         except Exception as exc:  # a failed lookup is reported, never raised (base.py contract)
             log.warning("count(%s) failed: %s", query, exc)
@@ -271,33 +317,11 @@ class LocalInfiniGram:
         started = time.perf_counter()
         query = describe_pair(a, b)
         try:
-            seqs_a, seqs_b = self._encode(a), self._encode(b)
-            if self.cooccurrence == "window":
-                cnf = [[list(s) for s in seqs_a], [list(s) for s in seqs_b]]
-                res = self.engine.count_cnf(cnf, self.max_clause_freq, self.max_diff_tokens)
-                if "error" in res:
-                    raise RuntimeError(res["error"])
-                return self._result(query, int(res["count"]), started, exact=not res["approx"])
-            return self._result(query, self._doc_cooccur(seqs_a, seqs_b), started)
+            count, approx = self.count_cnf_ids([self._encode(a), self._encode(b)])
+            return self._result(query, count, started, exact=not approx)
         except Exception as exc:
             log.warning("cooccur(%s) failed: %s", query, exc)
             return self._result(query, None, started, error=f"{type(exc).__name__}: {exc}")
-
-    def _doc_cooccur(self, seqs_a: list[tuple[int, ...]], seqs_b: list[tuple[int, ...]]) -> int:
-        ranges_a = [self._ranges(s) for s in seqs_a]
-        ranges_b = [self._ranges(s) for s in seqs_b]
-        n_a = sum(e - s for r in ranges_a for s, e in r)
-        n_b = sum(e - s for r in ranges_b for s, e in r)
-        if n_a == 0 or n_b == 0:
-            return 0
-        if n_a > n_b:
-            ranges_a, ranges_b, seqs_a, seqs_b, n_a, n_b = ranges_b, ranges_a, seqs_b, seqs_a, n_b, n_a
-        docs_small = self._docs(ranges_a)
-        scan_tokens = self._doc_tokens(docs_small)
-        if n_b > SCAN_RATIO * scan_tokens:
-            return self._count_docs_containing(docs_small, seqs_b)
-        docs_big = self._docs(ranges_b)
-        return int(np.intersect1d(docs_small, docs_big, assume_unique=True).size)
 
     def count_many(self, phrases: Sequence[Phrase]) -> list[CountResult]:
         return [self.count(p) for p in phrases]

@@ -1,0 +1,240 @@
+"""Client for the Infini-gram HTTP API: the hosted service, or ``quco serve stats`` over local indexes.
+
+Protocol (POST ``url``, JSON): ``{"index", "query_type": "count", "query", ["max_clause_freq", "max_diff_tokens"]}``
+-> ``{"count", "approx", "latency"}`` or ``{"error"}``. Every request has a timeout; transport failures,
+timeouts, HTTP 429/5xx and unreadable JSON are retried with exponential backoff and jitter; a lookup that
+still fails comes back as ``status="unknown"`` with the reason, never as a silently skipped check. A request
+the server rejects (HTTP 4xx, or an ``error`` field) is not retried: asking again would get the same answer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal
+
+import httpx
+
+from quco.config import CorpusStatsConfig
+from quco.corpus_stats.base import CountResult, Phrase
+from quco.corpus_stats.phrases import aliases, describe, describe_pair
+from quco.corpus_stats.protocol import COOCCURRENCE_FIELD, QUERY_TERMS_FIELD, compose
+from quco.corpus_stats.rates import HOSTED_INDEX_TOKENS
+
+log = logging.getLogger(__name__)
+
+BACKEND = "infini-gram-api"
+MAX_TERMS_PER_CLAUSE = 4  # the hosted API's limit; more aliases are split into several requests
+
+
+class _Rejected(Exception):
+    """The server answered and refused the request; retrying cannot help."""
+
+
+class _Transient(Exception):
+    """A failure worth retrying (timeout, connection, 429/5xx, unreadable answer)."""
+
+
+class InfiniGramAPI:
+    """``CorpusStats`` over the Infini-gram API protocol."""
+
+    name = BACKEND
+
+    def __init__(
+        self,
+        url: str = "https://api.infini-gram.io/",
+        index: str = "v4_olmo-2-0325-32b-instruct_llama",
+        *,
+        cooccurrence: Literal["window", "document"] = "window",
+        max_diff_tokens: int = 1000,
+        max_clause_freq: int = 500000,
+        timeout_s: float = 10.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 8.0,
+        concurrency: int = 8,
+        total_tokens: int | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = url
+        self.index = index
+        self.cooccurrence = cooccurrence
+        self.max_diff_tokens = int(max_diff_tokens)
+        self.max_clause_freq = int(max_clause_freq)
+        self.timeout_s = float(timeout_s)
+        self.retries = max(0, int(retries))
+        self.backoff_s = float(backoff_s)
+        self.max_backoff_s = float(max_backoff_s)
+        self.concurrency = max(1, int(concurrency))
+        self._total_tokens = total_tokens if total_tokens is not None else HOSTED_INDEX_TOKENS.get(index)
+        self._total_lock = threading.Lock()
+        self._total_failed_at = 0.0
+        self.client = httpx.Client(
+            timeout=httpx.Timeout(self.timeout_s),
+            limits=httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency),
+            # Without TCP_NODELAY the request body waits for the server's delayed ACK: 40 ms per round trip.
+            transport=transport
+            or httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]),
+        )
+        self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="quco-stats-api")
+        self.requests_sent = 0
+        self.retries_done = 0
+
+    @classmethod
+    def from_config(cls, config: CorpusStatsConfig) -> InfiniGramAPI:
+        # The hosted API only knows window co-occurrence; "document" is a `quco serve stats` extension and is
+        # used only when the configuration asks for it explicitly.
+        explicit = "cooccurrence" in config.model_fields_set
+        return cls(
+            url=config.api_url,
+            index=config.api_index,
+            cooccurrence=config.cooccurrence if explicit else "window",
+            max_diff_tokens=config.max_diff_tokens,
+            max_clause_freq=config.max_clause_freq,
+            timeout_s=config.timeout_s,
+            retries=config.retries,
+        )
+
+    # ------------------------------------------------------------------ transport
+
+    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """One request with retries; returns the decoded answer or raises _Rejected / _Transient."""
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                delay = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
+                time.sleep(delay * random.uniform(0.5, 1.5))
+                self.retries_done += 1
+            try:
+                self.requests_sent += 1
+                resp = self.client.post(self.url, json=payload)
+            except httpx.TimeoutException as exc:
+                last = _Transient(f"timed out after {self.timeout_s:g}s ({type(exc).__name__})")
+                continue
+            except httpx.HTTPError as exc:
+                last = _Transient(f"{type(exc).__name__}: {exc}")
+                continue
+            try:
+                data = resp.json()
+            except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
+                data = None
+            if resp.status_code == 429 or resp.status_code >= 500:
+                detail = data.get("error") if isinstance(data, dict) else resp.text[:200]
+                last = _Transient(f"HTTP {resp.status_code}: {detail}")
+                continue
+            if not isinstance(data, dict):
+                last = _Transient(
+                    f"HTTP {resp.status_code} with a body that is not a JSON object: {resp.text[:80]!r}"
+                )
+                continue
+            if resp.status_code >= 400 or "error" in data:
+                raise _Rejected(f"HTTP {resp.status_code}: {data.get('error', data)}")
+            if not isinstance(data.get("count"), int):
+                last = _Transient(f"answer has no integer 'count': {str(data)[:120]}")
+                continue
+            return data
+        raise _Transient(f"failed after {self.retries + 1} attempts: {last}")
+
+    def _ask(self, clauses: list[list[str]], cnf: bool) -> tuple[int, bool]:
+        payload: dict[str, Any] = {"index": self.index, "query_type": "count"}
+        query = compose(clauses)
+        if query is None:
+            # Entity text contains " AND "/" OR ": send the clauses unparsed (quco serve stats understands this;
+            # the hosted API rejects it, and the lookup is then reported unknown rather than miscounted).
+            payload[QUERY_TERMS_FIELD] = clauses
+        else:
+            payload["query"] = query
+        if cnf:
+            payload["max_clause_freq"] = self.max_clause_freq
+            payload["max_diff_tokens"] = self.max_diff_tokens
+            if self.cooccurrence == "document":
+                payload[COOCCURRENCE_FIELD] = "document"
+        data = self._post(payload)
+        return int(data["count"]), bool(data.get("approx", False))
+
+    def _result(self, query: str, started: float, count=None, approx=False, error=None) -> CountResult:
+        return CountResult(
+            query=query,
+            count=count,
+            exact=not approx,
+            backend=self.name,
+            index=self.index,
+            seconds=time.perf_counter() - started,
+            status="ok" if error is None else "unknown",
+            error=error,
+            total_tokens=self.total_tokens,
+        )
+
+    @property
+    def total_tokens(self) -> int | None:
+        """Index size: from the documented table, else asked once (the empty query counts every token)."""
+        if self._total_tokens is None and time.monotonic() - self._total_failed_at > 60:
+            with self._total_lock:
+                if self._total_tokens is None:
+                    try:
+                        data = self._post({"index": self.index, "query_type": "count", "query": ""})
+                        self._total_tokens = int(data["count"])
+                    except (_Rejected, _Transient) as exc:
+                        log.warning("could not learn the size of index %s: %s", self.index, exc)
+                        self._total_failed_at = time.monotonic()
+        return self._total_tokens
+
+    # ------------------------------------------------------------------ CorpusStats
+
+    def count(self, phrase: Phrase) -> CountResult:
+        started = time.perf_counter()
+        query = describe(phrase)
+        items = aliases(phrase)
+        if not items:
+            return self._result(query, started, error="empty phrase")
+        try:
+            total, approx = 0, False
+            for i in range(0, len(items), MAX_TERMS_PER_CLAUSE):
+                n, a = self._ask([items[i : i + MAX_TERMS_PER_CLAUSE]], cnf=False)
+                total, approx = total + n, approx or a
+            return self._result(query, started, total, approx)
+        except (_Rejected, _Transient) as exc:
+            log.warning("count(%s) failed: %s", query, exc)
+            return self._result(query, started, error=str(exc))
+
+    def cooccur(self, a: Phrase, b: Phrase) -> CountResult:
+        started = time.perf_counter()
+        query = describe_pair(a, b)
+        sa, sb = aliases(a), aliases(b)
+        if not sa or not sb:
+            return self._result(query, started, error="empty phrase")
+        if len(sa) > MAX_TERMS_PER_CLAUSE or len(sb) > MAX_TERMS_PER_CLAUSE:
+            return self._result(query, started, error=f"more than {MAX_TERMS_PER_CLAUSE} aliases on one side")
+        try:
+            n, approx = self._ask([sa, sb], cnf=True)
+            return self._result(query, started, n, approx)
+        except (_Rejected, _Transient) as exc:
+            log.warning("cooccur(%s) failed: %s", query, exc)
+            return self._result(query, started, error=str(exc))
+
+    def count_many(self, phrases: Sequence[Phrase]) -> list[CountResult]:
+        """Concurrent, at most ``concurrency`` requests in flight; answers in input order."""
+        if len(phrases) <= 1:
+            return [self.count(p) for p in phrases]
+        return list(self._pool.map(self.count, phrases))
+
+    def cooccur_many(self, pairs: Sequence[tuple[Phrase, Phrase]]) -> list[CountResult]:
+        if len(pairs) <= 1:
+            return [self.cooccur(a, b) for a, b in pairs]
+        return list(self._pool.map(lambda p: self.cooccur(p[0], p[1]), pairs))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.client.close()
+
+    def __enter__(self) -> InfiniGramAPI:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
