@@ -1,0 +1,70 @@
+"""The eval/compare/report commands as the ``quco`` CLI mounts them (no model: limit 0 or recorded runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from quco.cli import app
+from quco.config import load_config
+from quco.eval.cli import infer_dataset
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+runner = CliRunner()
+
+
+def test_dataset_is_inferred_from_the_config() -> None:
+    assert infer_dataset(
+        load_config(CONFIGS / "2wikimultihopqa/quco.yaml"), CONFIGS / "2wikimultihopqa/quco.yaml"
+    ) == ("2wikimultihopqa")
+    assert (
+        infer_dataset(load_config(CONFIGS / "quco.yaml"), CONFIGS / "quco.yaml") == "hotpotqa"
+    )  # its exemplars
+
+
+def test_eval_writes_the_resolved_config_and_guards_it(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ["eval", "--config", str(CONFIGS / "hotpotqa/sr-rag.yaml"), "--limit", "0", "--out", str(out)]
+    res = runner.invoke(app, [*args, "--no-progress"])
+    assert res.exit_code == 0, res.output
+    stored = yaml.safe_load((out / "config.yaml").read_text("utf-8"))
+    assert stored["pipeline"]["method"] == "sr-rag"
+    assert stored["dataset"]["name"] == "hotpotqa"
+    assert stored["selection"]["limit"] == 0
+    res = runner.invoke(app, [*args, "--set", "retriever.top_k=4", "--no-progress"])
+    assert res.exit_code == 2
+    assert "different configuration" in res.output and "retriever.top_k" in res.output
+    assert "Traceback" not in res.output
+    res = runner.invoke(
+        app, ["eval", "--config", str(CONFIGS / "hotpotqa/sr-rag.yaml"), "--dataset", "nosuch"]
+    )
+    assert res.exit_code == 2 and "unknown dataset 'nosuch'" in res.output
+
+
+def test_compare_and_report_commands(tmp_path: Path) -> None:
+    from quco.eval.runner import run_eval
+    from test_eval_report import _answerer
+
+    for method, p in (("wo-rag", 0.1), ("sr-rag", 0.6)):
+        run_eval(
+            _answerer(method, p, method != "wo-rag"),
+            "hotpotqa",
+            limit=12,
+            out_dir=tmp_path / method,
+            progress=False,
+        )
+    res = runner.invoke(
+        app, ["compare", str(tmp_path / "wo-rag"), str(tmp_path / "sr-rag")], terminal_width=160
+    )
+    assert res.exit_code == 0, res.output
+    assert "on 12 common questions" in res.output and "p (permutation)" in res.output
+    res = runner.invoke(app, ["compare", str(tmp_path / "wo-rag"), str(tmp_path / "missing")])
+    assert res.exit_code == 2 and "not a quco run directory" in res.output
+    html = tmp_path / "r.html"
+    res = runner.invoke(
+        app, ["report", str(tmp_path / "wo-rag"), str(tmp_path / "sr-rag"), "--out", str(html)]
+    )
+    assert res.exit_code == 0, res.output
+    assert html.is_file() and 'id="summary"' in html.read_text("utf-8")
