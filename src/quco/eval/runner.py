@@ -32,7 +32,7 @@ from filelock import FileLock, Timeout
 from quco.config import PipelineConfig, load_config
 from quco.datasets import Example, load_dataset, resolve_dataset
 from quco.errors import QucoError
-from quco.eval.metrics import MARKER, score_prediction
+from quco.eval.metrics import MARKER, extract_hotpotqa, score_prediction
 from quco.eval.runs import CONFIG_FILE, RESULTS_FILE, RunError, scan_results, unique_records
 from quco.trace import Trace
 
@@ -178,7 +178,8 @@ def reprompt_answer(
     """
     cot = _reasoning_for_reprompt(trace.prediction)
     demos = "".join(ex.render() for ex in exemplars)
-    tail = cot if cot.endswith(MARKER) else f"{cot} So the answer is".strip()
+    bare = cot.rstrip(". ")
+    tail = bare if bare.endswith(MARKER) else f"{cot} So the answer is".strip()
     prompt = f"{demos}Question: {trace.question}\nAnswer: {tail}"
     start = time.perf_counter()
     gens = generator.generate(prompt, max_new_tokens=max_new_tokens, stop=["\n"])
@@ -193,6 +194,11 @@ def reprompt_answer(
         "no answer in the prediction: re-prompted with 'So the answer is' (counted as an LLM call)"
     )
     return f"{tail} {gen.text.strip()}"
+
+
+def needs_reprompt(prediction: str) -> bool:
+    """No answer can be read from the prediction: no "answer is", or nothing after it."""
+    return not extract_hotpotqa(prediction)
 
 
 # -- the run ------------------------------------------------------------------------------------------------
@@ -227,7 +233,7 @@ def _answer_one(
             raise TypeError(f"the answer function returned {type(trace).__name__}, expected a quco Trace")
         out.trace = trace
         out.prediction = trace.prediction
-        if reprompt and MARKER not in trace.prediction:
+        if reprompt and needs_reprompt(trace.prediction):
             out.prediction = reprompt_answer(trace, generator, exemplars, reprompt_tokens)
             out.reprompted = True
     except Exception as exc:  # recorded, and the run goes on
