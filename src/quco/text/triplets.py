@@ -1,0 +1,457 @@
+"""(head, relation, tail) triplets from a dependency parse, and from an LLM.
+
+The rule extractor reads one clause per predicate: the subject resolves to a name mention (directly, via
+"the film X", "X's father", "the director of X"), and every name or value mention governed by the
+predicate without crossing another clause is a tail. QuCo-RAG only counts head and tail in a corpus
+(the relation just feeds the retrieval query), so the rules favour a correct (head, tail) pair over a
+polished relation, and give nothing for sentences that state no fact between two mentions.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from spacy.tokens import Token
+
+from quco.text.base import LLMCall, Triplet
+from quco.text.mentions import WH_WORDS, Mention, Parsed, parse
+from quco.text.parsing import parse_tuples
+from quco.text.prompts import ExtractorPrompts, builtin_prompts
+
+log = logging.getLogger(__name__)
+
+# Dependency labels of a token that starts its own clause (a new predicate).
+_CLAUSE_DEPS = frozenset({"ROOT", "conj", "relcl", "advcl", "ccomp", "csubj", "parataxis", "pcomp"})
+_SUBJECT_DEPS = ("nsubj", "nsubjpass", "csubj")
+_RELATIVE_PRONOUNS = frozenset({"who", "whom", "which", "that", "whose"})
+# Prepositions that compare two mentions rather than relate them ("older than Y", "born before Y").
+_COMPARISON_PREPS = frozenset({"than"})
+_ORDER_PREPS = frozenset({"before", "after"})
+_DO_SUPPORT = frozenset({"do", "does", "did"})
+_PATH_DEPS_SKIP = frozenset({"punct", "cc", "advmod", "appos", "conj", "det", "case"})
+_TRANSPARENT_DEPS = frozenset({"conj", "appos", "npadvmod"})
+
+
+def is_question(sentence: str) -> bool:
+    """A sentence is a question when it ends with "?" (generated questions always do)."""
+    return sentence.rstrip().rstrip("\"'”’)").endswith("?")
+
+
+@dataclass(frozen=True)
+class _Head:
+    mention: Mention
+    noun: str | None  # "nationality" in "X's nationality is Y": the relation, not a verb
+
+
+class RuleTripletExtractor:
+    """Triplets from spaCy's dependency parse; questions give (entity, relation) 2-tuples."""
+
+    name = "rules"
+
+    def __init__(self, model: str = "auto") -> None:
+        self.model = model
+
+    def triplets(self, sentence: str, llm: LLMCall | None = None) -> list[Triplet]:
+        if not sentence or not sentence.strip():
+            return []
+        parsed = parse(sentence, self.model)
+        if is_question(sentence):
+            return _dedupe(question_tuples(parsed))
+        return _dedupe(_declarative(parsed))
+
+
+# ----------------------------------------------------------------------------------------------- questions
+
+
+def question_tuples(parsed: Parsed) -> list[Triplet]:
+    """One (entity, relation) per name mention; the relation is the noun or verb that governs it."""
+    out = []
+    for m in parsed.mentions:
+        if m.kind != "name":
+            continue
+        rel = _question_relation(parsed, m)
+        if rel:
+            out.append(Triplet(m.text, rel))
+    return out
+
+
+def _question_relation(parsed: Parsed, m: Mention) -> str | None:
+    tok = _root(parsed, m)
+    seen = 0
+    while seen < 12:
+        seen += 1
+        head = tok.head
+        if tok.dep_ == "poss" and head.pos_ in ("NOUN", "PROPN") and parsed.at(head.i) is None:
+            return _noun_phrase(head)
+        if tok.dep_ == "pobj" and head.dep_ == "prep" and head.lower_ == "of":
+            owner = head.head
+            if owner.pos_ == "NOUN" and parsed.at(owner.i) is None and not _role_word(owner):
+                return _noun_phrase(owner)
+        if tok.dep_ == "ROOT" or head.i == tok.i:
+            break
+        if (
+            tok.pos_ in ("VERB", "AUX")
+            and tok.dep_ in _CLAUSE_DEPS | {"acl", "xcomp"}
+            and tok.i != _root(parsed, m).i
+        ):
+            break
+        tok = head
+    verb = tok if tok.pos_ in ("VERB", "AUX") else tok.head
+    if verb.pos_ not in ("VERB", "AUX"):
+        return None
+    if verb.lemma_ in _LIGHT_VERBS:
+        # "Were X and Y of the same nationality?", "Which film has the director born first, X or Y?":
+        # the verb says nothing; the noun the question asks about does.
+        for t in parsed.doc:
+            if (
+                t.pos_ in ("NOUN", "ADJ")
+                and t.dep_ not in ("amod", "compound")
+                and parsed.at(t.i) is None
+                and t.lower_ not in WH_WORDS
+                and t.lower_ not in _ROLE_NOUNS
+            ):
+                return _noun_phrase(t)
+        return verb.lower_
+    return " ".join([verb.lower_] + [c.lower_ for c in verb.children if c.dep_ == "prt"])
+
+
+_LIGHT_VERBS = frozenset({"be", "have", "do"})
+
+
+def _role_word(tok: Token) -> bool:
+    """A noun that only introduces a name ("film" in "the director of film X")."""
+    return any(c.dep_ in ("appos", "compound") for c in tok.children) and tok.lower_ in _ROLE_NOUNS
+
+
+_ROLE_NOUNS = frozenset(
+    {"film", "movie", "band", "album", "song", "book", "novel", "series", "magazine", "city"}
+)
+
+
+# ------------------------------------------------------------------------------------------- declaratives
+
+
+def _declarative(parsed: Parsed) -> list[Triplet]:
+    doc = parsed.doc
+    predicates = [t for t in doc if _is_predicate(t)]
+    if not predicates:
+        return []
+    owner: dict[int, Token] = {}  # mention start -> predicate that governs it
+    out: list[Triplet] = []
+    for m in parsed.mentions:
+        pred = _governing_predicate(_root(parsed, m), predicates)
+        if pred is not None:
+            owner[m.start] = pred
+    for pred in predicates:
+        subjects = _subjects(pred)
+        if not subjects:
+            continue
+        subject_tokens = {t.i for subject in subjects for t in subject.subtree}
+        resolved = [(subj, _resolve_head(parsed, subj, pred)) for subj in subjects]
+        found = next(((subj, head) for subj, head in resolved if head is not None), None)
+        if found is None:
+            continue
+        subject = found[0]
+        # "Both A and B are in Queensland": each conjoined subject is a head.
+        for subj in [subject, *(c for c in subject.conjuncts if c.i > subject.i)]:
+            head = found[1] if subj.i == subject.i else _resolve_head(parsed, subj, pred)
+            if head is None:
+                continue
+            for m in parsed.mentions:
+                if m is head.mention or m.start in subject_tokens:
+                    continue
+                if (owner[m.start].i if m.start in owner else -1) != pred.i:
+                    continue
+                if m.text.lower() == head.mention.text.lower():
+                    continue
+                rel = _relation(parsed, pred, head, m)
+                if rel is not None:
+                    out.append(Triplet(head.mention.text, rel, m.text))
+            out.extend(_copula_noun_tails(parsed, pred, head))
+    out.extend(_participle_triplets(parsed, predicates))
+    return out
+
+
+def _is_predicate(tok: Token) -> bool:
+    if tok.dep_ == "conj" and tok.head.i != tok.i and tok.pos_ in ("VERB", "AUX"):
+        # "a film written and directed by Y": a verb conjoined to a participle is a participle too.
+        return _is_predicate(tok.head) or any(c.dep_ in _SUBJECT_DEPS for c in tok.children)
+    if tok.pos_ == "VERB":
+        return tok.dep_ in _CLAUSE_DEPS
+    if tok.pos_ == "AUX":
+        return tok.dep_ in _CLAUSE_DEPS and any(c.dep_ in _SUBJECT_DEPS for c in tok.children)
+    return False
+
+
+def _root(parsed: Parsed, m: Mention) -> Token:
+    """The token of a mention whose head lies outside it."""
+    span = parsed.doc[m.start : m.end]
+    for t in span:
+        if not (m.start <= t.head.i < m.end) or t.head.i == t.i:
+            return t
+    return span.root
+
+
+def _governing_predicate(tok: Token, predicates: list[Token]) -> Token | None:
+    pred_ids = {p.i for p in predicates}
+    steps = 0
+    while steps < 40:
+        steps += 1
+        if tok.i in pred_ids:
+            return tok
+        if tok.head.i == tok.i:
+            return None
+        tok = tok.head
+    return None
+
+
+def _subjects(pred: Token) -> list[Token]:
+    """Subject tokens of a predicate; the parser sometimes gives two ("The film X was ...")."""
+    found = [c for c in pred.children if c.dep_ in _SUBJECT_DEPS]
+    if found:
+        return found
+    # "X was directed by Y and released in 1967": the second verb shares the first one's subject.
+    if pred.dep_ == "conj" and pred.head.pos_ in ("VERB", "AUX"):
+        return _subjects(pred.head)
+    return []
+
+
+def _resolve_head(parsed: Parsed, subject: Token, pred: Token) -> _Head | None:
+    inside = parsed.at(subject.i)
+    if inside is not None and inside.kind == "name":  # a title may end in a pronoun ("... Gavest Me")
+        return _Head(inside, None)
+    if subject.lower_ in _RELATIVE_PRONOUNS and pred.dep_ == "relcl":
+        return _name_of(parsed, pred.head, search=False)
+    if subject.pos_ == "PRON":
+        return None
+    return _name_of(parsed, subject, search=True)
+
+
+def _name_of(parsed: Parsed, tok: Token, search: bool) -> _Head | None:
+    """The name mention a noun phrase is about, and the noun that relates them (if not the name itself)."""
+    m = parsed.at(tok.i)
+    if m is not None:
+        return _Head(m, None) if m.kind == "name" else None
+    if tok.pos_ == "PRON":
+        return None
+    noun = _noun_phrase(tok) if tok.pos_ == "NOUN" and tok.lower_ != "answer" else None
+    owner = parsed.at(tok.head.i)
+    if tok.dep_ == "appos" and owner is not None and owner.kind == "name":
+        return _Head(owner, None)  # "Matt Busby, the manager who was born in Bellshill"
+    for c in tok.children:  # "the film Hypocrite", "the band Hot Hot Heat"
+        cm = parsed.at(c.i)
+        if c.dep_ in ("appos", "compound", "nmod") and cm is not None and cm.kind == "name":
+            has_of = any(p.dep_ == "prep" and p.lower_ == "of" for p in tok.children)
+            return _Head(cm, noun if has_of else None)
+    for c in tok.children:  # "X's nationality"
+        if c.dep_ == "poss":
+            inner = _name_of(parsed, c, search=False)
+            if inner is not None:
+                return _Head(inner.mention, noun)
+    for c in tok.children:  # "the director of (film) X"
+        if c.dep_ == "prep" and c.lower_ == "of":
+            for p in c.children:
+                if p.dep_ == "pobj":
+                    inner = _name_of(parsed, p, search=False)
+                    if inner is not None:
+                        return _Head(inner.mention, noun)
+    if tok.lower_ == "answer":
+        return None
+    if search:
+        for t in tok.subtree:
+            cm = parsed.at(t.i)
+            if cm is not None and cm.kind == "name":
+                return _Head(cm, noun)
+    return None
+
+
+def _noun_phrase(tok: Token) -> str:
+    """A noun with its compound/adjective modifiers and hyphenated continuation ("father-in-law")."""
+    doc = tok.doc
+    start = tok.i
+    while start > 0 and doc[start - 1].dep_ in ("compound", "amod") and doc[start - 1].head.i >= tok.i:
+        if (
+            doc[start - 1].ent_type_ in ("NORP",)
+            or doc[start - 1].tag_ in ("JJR", "JJS")
+            or doc[start - 1].lower_ in ("same", "different", "other", "such")
+        ):
+            break
+        start -= 1
+    end = tok.i + 1
+    while end + 1 < len(doc) and doc[end].text in ("-", "–") and doc[end - 1].whitespace_ == "":
+        end += 2
+    return doc[start:end].text.lower()
+
+
+def _verb_phrase(pred: Token) -> list[Token]:
+    parts = [
+        c
+        for c in pred.children
+        if (c.dep_ in ("aux", "auxpass") and c.lower_ not in _DO_SUPPORT and c.lower_ != "to")
+        or c.dep_ == "neg"
+    ]
+    parts.append(pred)
+    parts.extend(c for c in pred.children if c.dep_ == "prt")
+    return sorted(parts, key=lambda t: t.i)
+
+
+def _relation(parsed: Parsed, pred: Token, head: _Head, tail: Mention) -> str | None:
+    """The words from the predicate down to the tail, or None when the tail is not a stated fact."""
+    child = _root(parsed, tail)
+    prev_dep = child.dep_
+    tok = child.head
+    path: list[Token] = []
+    steps = 0
+    while tok.i != pred.i:
+        steps += 1
+        if steps > 40 or tok.head.i == tok.i:
+            return None
+        if tok.dep_ == "prep" and tok.lower_ in _COMPARISON_PREPS:
+            return None
+        if tok.dep_ == "prep" and tok.lower_ in _ORDER_PREPS and tail.kind == "name":
+            return None
+        if tok.tag_ in ("JJR", "RBR", "JJS", "RBS"):
+            return None
+        other = parsed.at(tok.i)
+        if other is not None and other is not tail:
+            # Through "A and B" / "A, B" the tail shares A's relation; a date in between is a parser
+            # attachment slip ("born on 4 May 1950 in Warsaw"); any other mention owns the tail.
+            if prev_dep not in _TRANSPARENT_DEPS and other.kind != "value":
+                return None
+            r = _root(parsed, other)
+            prev_dep, tok = r.dep_, r.head
+            if r.head.i == r.i:
+                return None
+            continue
+        if tok.dep_ == "conj" and tok.pos_ == "VERB" and tok.head.pos_ == "VERB":
+            # "written and directed by Y": keep the verb that governs Y, skip the first conjunct.
+            path.append(tok)
+            prev_dep, tok = "conj", tok.head
+            if tok.i == pred.i:
+                break
+            prev_dep, tok = tok.dep_, tok.head
+            continue
+        if tok.dep_ not in _PATH_DEPS_SKIP or (tok.dep_ == "appos" and tok.pos_ == "NOUN"):
+            path.append(tok)
+        prev_dep = tok.dep_
+        tok = tok.head
+    if tail.kind == "value" and not _plain_value(parsed, tail, path):
+        return None
+    words: list[str] = []
+    for t in sorted(path, key=lambda t: t.i):
+        if t.pos_ != "NOUN":
+            words.append(t.lower_)
+            continue
+        phrase = _noun_phrase(t)
+        det = next((c for c in t.children if c.dep_ == "det" and c.lower_ in ("a", "an", "the")), None)
+        if det is not None and det.i + 1 == t.i - (len(phrase.split()) - 1):
+            words.append(det.lower_)  # only a determiner right before the phrase ("has a child named")
+        words.append(phrase)
+    if head.noun and pred.lemma_ == "be" and not words:
+        return head.noun
+    verb = [t.lower_ for t in _verb_phrase(pred)]
+    rel = ([head.noun] if head.noun else []) + verb + words
+    return " ".join(rel)
+
+
+def _plain_value(parsed: Parsed, tail: Mention, path: list[Token]) -> bool:
+    """A date or number is a tail only as a direct argument ("founded in 2009", "was 15,140"),
+    not inside a noun phrase ("won one award") or with an article ("of the two")."""
+    doc = parsed.doc
+    if tail.label == "CARDINAL" and (
+        any(doc[i].lower_ in ("the", "these", "those") for i in range(tail.start, tail.end))
+        or any(c.dep_ == "det" for c in _root(parsed, tail).children)
+    ):
+        return False
+    if tail.label == "NORP":
+        return True
+    return all(t.pos_ in ("ADP", "AUX", "VERB", "PART") for t in path) and _root(parsed, tail).dep_ not in (
+        "nummod",
+        "quantmod",
+    )
+
+
+def _copula_noun_tails(parsed: Parsed, pred: Token, head: _Head) -> list[Triplet]:
+    """ "X is an actor and producer": a copula with a common-noun attribute and no mention in it gives
+    (X, is, actor), (X, is, producer): the noun can be counted together with X."""
+    if pred.lemma_ != "be":
+        return []
+    out = []
+    for c in pred.children:
+        if c.dep_ != "attr" or c.pos_ != "NOUN":
+            continue
+        if any(parsed.at(t.i) is not None for t in c.subtree):
+            continue
+        nouns = [c] + [t for t in c.conjuncts if t.pos_ == "NOUN"]
+        verb = head.noun or " ".join(t.lower_ for t in _verb_phrase(pred))  # "The genre of X is jazz"
+        out.extend(Triplet(head.mention.text, verb, _noun_phrase(n)) for n in nouns)
+    return out
+
+
+def _participle_triplets(parsed: Parsed, predicates: list[Token]) -> list[Triplet]:
+    """ "X studied at Y, founded in 1441": a participle hanging off a name mention makes it a head."""
+    out = []
+    for tok in parsed.doc:
+        if tok.dep_ != "acl" or tok.pos_ != "VERB":
+            continue
+        anchor = parsed.at(tok.head.i)
+        if anchor is None or anchor.kind != "name":
+            continue
+        head = _Head(anchor, None)
+        for m in parsed.mentions:
+            if m is anchor:
+                continue
+            root = _root(parsed, m)
+            if tok.i not in {a.i for a in root.ancestors}:
+                continue
+            gov = _governing_predicate(root, predicates + [tok])
+            if gov is None or gov.i != tok.i:
+                continue
+            rel = _relation(parsed, tok, head, m)
+            if rel is not None:
+                out.append(Triplet(anchor.text, rel, m.text))
+    return out
+
+
+def _dedupe(items: list[Triplet]) -> list[Triplet]:
+    seen = set()
+    out = []
+    for t in items:
+        key = (t.head.lower(), t.relation.lower(), (t.tail or "").lower())
+        if key not in seen and t.head:
+            seen.add(key)
+            out.append(t)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- LLM
+
+
+class LLMTripletExtractor:
+    """Triplets by prompting the extractor LLM with few-shot examples and parsing its list output."""
+
+    name = "llm"
+
+    def __init__(self, prompts: ExtractorPrompts | None = None, max_new_tokens: int = 64) -> None:
+        self.prompts = prompts or builtin_prompts()
+        self.max_new_tokens = max_new_tokens
+
+    def triplets(self, sentence: str, llm: LLMCall | None = None) -> list[Triplet]:
+        if llm is None:
+            from quco.errors import ConfigError
+
+            raise ConfigError("the 'llm' triplet extractor needs an LLM call: run it through the engine")
+        if not sentence or not sentence.strip():
+            return []
+        output = llm(self.prompts.render_triplets(sentence.strip()), self.max_new_tokens)
+        out = []
+        for item in parse_tuples(output):
+            parts = [p.strip() for p in item]
+            if len(parts) >= 3 and parts[0] and parts[2]:
+                out.append(Triplet(parts[0], parts[1], parts[2]))
+            elif len(parts) == 2 and parts[0]:
+                out.append(Triplet(parts[0], parts[1]))
+        if not out and output.strip() and "[]" not in output:
+            log.debug("extractor output had no tuples: %r", output[:200])
+        return _dedupe(out)
