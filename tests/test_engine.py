@@ -204,6 +204,7 @@ def test_trace_round_trips_through_json(real_parts) -> None:
         [
             "Scott Derrickson was born in Stockholm. So the answer is no.",
             "Scott Derrickson was born in Denver.",
+            "So the answer is yes.",
         ],
     )
     trace = pipe.answer(QUESTION)
