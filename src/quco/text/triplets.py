@@ -84,6 +84,13 @@ def _question_relation(parsed: Parsed, m: Mention) -> str | None:
         head = tok.head
         if tok.dep_ == "poss" and head.pos_ in ("NOUN", "PROPN") and parsed.at(head.i) is None:
             return _noun_phrase(head)
+        if (
+            tok.dep_ in ("appos", "compound")
+            and head.pos_ == "NOUN"
+            and parsed.at(head.i) is None
+            and head.lower_ not in _ROLE_NOUNS
+        ):
+            return _noun_phrase(head)  # "the director of film X" parsed as "director ... X" (appos)
         if tok.dep_ == "pobj" and head.dep_ == "prep" and head.lower_ == "of":
             owner = head.head
             if owner.pos_ == "NOUN" and parsed.at(owner.i) is None and not _role_word(owner):
@@ -270,7 +277,12 @@ def _noun_phrase(tok: Token) -> str:
     """A noun with its compound/adjective modifiers and hyphenated continuation ("father-in-law")."""
     doc = tok.doc
     start = tok.i
-    while start > 0 and doc[start - 1].dep_ in ("compound", "amod") and doc[start - 1].head.i >= tok.i:
+    while (
+        start > 0
+        and doc[start - 1].dep_ in ("compound", "amod")
+        and doc[start - 1].head.i >= tok.i
+        and not doc[start - 1].text[:1].isupper()  # a name in front is a mention, not part of the relation
+    ):
         if (
             doc[start - 1].ent_type_ in ("NORP",)
             or doc[start - 1].tag_ in ("JJR", "JJS")
