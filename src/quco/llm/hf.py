@@ -203,7 +203,19 @@ def resolve_model_dir(config: GeneratorConfig) -> tuple[str, str | None, str]:
             converted = _ensure_converted(out_dir, lambda: local)
             return str(out_dir), None, "converted" if converted else "cache"
         return config.model, config.gguf_file, "transformers"
-    return config.model, None, "transformers"
+    local = Path(config.model).expanduser()
+    looks_local = local.is_absolute() or config.model.startswith((".", "~")) or local.exists()
+    if looks_local and not local.is_dir():
+        raise ModelLoadError(
+            f"generator model directory {config.model} does not exist; give an existing directory or a "
+            "Hugging Face model id"
+        )
+    if looks_local and not (local / "config.json").is_file():
+        raise ModelLoadError(
+            f"generator model directory {config.model} has no config.json; give a transformers model directory, "
+            "or set generator.gguf_file to the GGUF file inside it"
+        )
+    return str(local) if looks_local else config.model, None, "transformers"
 
 
 # --------------------------------------------------------------------------------------------------------------
