@@ -104,6 +104,11 @@ def resolve_embedder(model: str) -> tuple[str, str, bool]:
     path = Path(name).expanduser()
     if path.is_dir():
         return str(path.resolve()), f"dir:{path.resolve()}", True
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1:  # a path, not an "org/name" hub id
+        raise EmbedderError(
+            f"embedding model directory not found: {path}; give '{DEFAULT_DENSE_MODEL}', a sentence-transformers "
+            "directory, or a hub id"
+        )
     return name, name, False
 
 
@@ -602,7 +607,7 @@ class DenseIndexReport:
 def index_dense(
     corpus: str | os.PathLike[str],
     out_dir: str | os.PathLike[str] | None = None,
-    model: str = DEFAULT_DENSE_MODEL,
+    model: str | Embedder = DEFAULT_DENSE_MODEL,
     progress: bool = True,
     *,
     force: bool = False,
