@@ -7,10 +7,11 @@ Wo-RAG builds no retriever, SR-RAG no corpus-statistics index.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
-from quco.config import PipelineConfig, load_config
+from quco.config import GeneratorConfig, PipelineConfig, load_config
 from quco.engine.context import Parts, RunContext
 from quco.engine.loop import run
 from quco.engine.method import Method
@@ -21,6 +22,23 @@ from quco.prompts import load_exemplars, load_template
 from quco.trace import Trace
 
 log = logging.getLogger(__name__)
+
+# Loaded generators, shared by every pipeline of this process that asks for the same model settings:
+# loading a model is the slowest part of building a pipeline, and the weights never change.
+_GENERATORS: dict[str, Any] = {}
+_GENERATORS_LOCK = threading.Lock()
+
+
+def shared_generator(config: GeneratorConfig):  # noqa: ANN201 - a quco.llm.base.Generator
+    """The generator for ``config``, loaded once per process."""
+    from quco.llm import build_generator
+
+    key = config.model_dump_json()
+    with _GENERATORS_LOCK:
+        if key not in _GENERATORS:
+            _GENERATORS[key] = build_generator(config)
+        return _GENERATORS[key]
+
 
 # Questions are cut to this share of the context window, keeping their end, so that the prompt keeps room
 # for exemplars, passages and the answer.
@@ -46,10 +64,9 @@ class Pipeline:
             config = load_config(config, overrides=overrides or None)
         method = method_class(config.method)(config.params)
 
-        from quco.llm import build_generator
         from quco.text import build_text
 
-        generator = build_generator(config.generator)
+        generator = shared_generator(config.generator)
         require(generator, method.needs, f"method '{method.name}'")
         text = build_text(config.text)
         exemplars = load_exemplars(config.prompt.exemplars)[: config.prompt.fewshot]
@@ -76,7 +93,7 @@ class Pipeline:
                 )
         extractor_generator = None
         if config.text.extractor_model:
-            extractor_generator = build_generator(
+            extractor_generator = shared_generator(
                 config.generator.model_copy(update={"model": config.text.extractor_model})
             )
         parts = Parts(
