@@ -99,6 +99,7 @@ class InfiniGramAPI:
             max_clause_freq=config.max_clause_freq,
             timeout_s=config.timeout_s,
             retries=config.retries,
+            concurrency=config.concurrency,
         )
 
     # ------------------------------------------------------------------ transport
