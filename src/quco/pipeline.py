@@ -88,8 +88,13 @@ class Pipeline:
                 stats_source = (
                     corpus_source(config.corpus_stats.corpus) if config.corpus_stats.corpus else source
                 )
+                cache = {"auto": None, "on": True, "off": False}[config.corpus_stats.cache]
                 corpus_stats = build_corpus_stats(
-                    config.corpus_stats, stats_source.docs, stats_source.fingerprint(), progress=progress
+                    config.corpus_stats,
+                    stats_source.docs,
+                    stats_source.fingerprint(),
+                    progress=progress,
+                    cache=cache,
                 )
         extractor_generator = None
         if config.text.extractor_model:
