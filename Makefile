@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 EXTRAS ?= hf,dense,serve,report,dev
 
-.PHONY: install demo test lint format bench clean
+.PHONY: install system-deps demo test lint format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,11 @@ install: $(VENV)/.installed
 demo: install
 	$(BIN)/quco demo
 
-test: install
+# Headless Chromium renders the HTML report and the trace viewer in the tests (Debian package).
+system-deps:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium)
+
+test: install system-deps
 	$(BIN)/pytest -q
 
 lint: install
