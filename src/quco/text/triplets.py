@@ -177,6 +177,40 @@ def _declarative(parsed: Parsed) -> list[Triplet]:
                     out.append(Triplet(head.mention.text, rel, m.text))
             out.extend(_copula_noun_tails(parsed, pred, head))
     out.extend(_participle_triplets(parsed, predicates))
+    out.extend(_apposition_triplets(parsed))
+    return out
+
+
+def _apposition_triplets(parsed: Parsed) -> list[Triplet]:
+    """ "X's father, Y, studied at Z" and "the director of X, Y, ...": the noun links X and Y."""
+    doc = parsed.doc
+    out = []
+
+    def comma_before(i: int) -> bool:
+        return i > 0 and doc[i - 1].text == ","
+
+    for tok in doc:
+        if tok.pos_ != "NOUN" or parsed.at(tok.i) is not None:
+            continue
+        named = [parsed.at(c.i) for c in tok.children if c.dep_ == "appos"]
+        named = [m for m in named if m is not None and m.kind == "name" and comma_before(m.start)]
+        # "Robert Enrico, the director of X, ...": the noun is the apposition of the name.
+        host = parsed.at(tok.head.i)
+        if tok.dep_ == "appos" and host is not None and host.kind == "name" and comma_before(tok.left_edge.i):
+            named.append(host)
+        if not named:
+            continue
+        owner = None
+        for c in tok.children:
+            if c.dep_ == "poss":
+                owner = _name_of(parsed, c, search=False)
+            elif c.dep_ == "prep" and c.lower_ == "of":
+                pobj = next((p for p in c.children if p.dep_ == "pobj"), None)
+                owner = _name_of(parsed, pobj, search=False) if pobj is not None else None
+            if owner is not None:
+                break
+        if owner is not None:
+            out.extend(Triplet(owner.mention.text, _noun_phrase(tok), m.text) for m in named)
     return out
 
 
@@ -228,8 +262,8 @@ def _resolve_head(parsed: Parsed, subject: Token, pred: Token) -> _Head | None:
     inside = parsed.at(subject.i)
     if inside is not None and inside.kind == "name":  # a title may end in a pronoun ("... Gavest Me")
         return _Head(inside, None)
-    if subject.lower_ in _RELATIVE_PRONOUNS and pred.dep_ == "relcl":
-        return _name_of(parsed, pred.head, search=False)
+    if subject.lower_ in _RELATIVE_PRONOUNS and subject.head.dep_ == "relcl":
+        return _name_of(parsed, subject.head.head, search=False)  # also for verbs conjoined to the clause
     if subject.pos_ == "PRON":
         return None
     return _name_of(parsed, subject, search=True)
@@ -311,6 +345,10 @@ def _verb_phrase(pred: Token) -> list[Token]:
 def _relation(parsed: Parsed, pred: Token, head: _Head, tail: Mention) -> str | None:
     """The words from the predicate down to the tail, or None when the tail is not a stated fact."""
     child = _root(parsed, tail)
+    if child.dep_ == "poss" and any(
+        c.dep_ == "appos" and parsed.at(c.i) is not None for c in child.head.children
+    ):
+        return None  # "with Shire's husband, Jack Schwartzman": the husband is the object, not Shire
     prev_dep = child.dep_
     tok = child.head
     path: list[Token] = []
