@@ -31,6 +31,12 @@ _ORDER_PREPS = frozenset({"before", "after"})
 _DO_SUPPORT = frozenset({"do", "does", "did"})
 _PATH_DEPS_SKIP = frozenset({"punct", "cc", "advmod", "appos", "conj", "det", "case"})
 _TRANSPARENT_DEPS = frozenset({"conj", "appos", "npadvmod"})
+# Verbs that carry no relation in a question ("Were X and Y of the same nationality?").
+_LIGHT_VERBS = frozenset({"be", "have", "do"})
+# Nouns that only introduce a name ("the director of film X").
+_ROLE_NOUNS = frozenset(
+    {"film", "movie", "band", "album", "song", "book", "novel", "series", "magazine", "city"}
+)
 
 
 def is_question(sentence: str) -> bool:
@@ -123,17 +129,9 @@ def _question_relation(parsed: Parsed, m: Mention) -> str | None:
     return " ".join([verb.lower_] + [c.lower_ for c in verb.children if c.dep_ == "prt"])
 
 
-_LIGHT_VERBS = frozenset({"be", "have", "do"})
-
-
 def _role_word(tok: Token) -> bool:
     """A noun that only introduces a name ("film" in "the director of film X")."""
     return any(c.dep_ in ("appos", "compound") for c in tok.children) and tok.lower_ in _ROLE_NOUNS
-
-
-_ROLE_NOUNS = frozenset(
-    {"film", "movie", "band", "album", "song", "book", "novel", "series", "magazine", "city"}
-)
 
 
 # ------------------------------------------------------------------------------------------- declaratives
