@@ -78,6 +78,9 @@ class TextConfig(_Section):
     triplet_extractor: Literal["rules", "llm"] = "rules"
     extractor_model: str | None = None  # a separate generator for the LLM extractor; default: the main one
     extractor_max_new_tokens: int = 64
+    # A QuCo-style prompt JSON (keys entity_extraction_prompt, entity_extraction_prompt_for_question) to use
+    # the published extractor prompts unchanged; default: quco's own prompts.
+    extractor_prompts: str | None = None
 
 
 class PromptConfig(_Section):
