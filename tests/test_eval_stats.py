@@ -19,6 +19,8 @@ from quco.eval.analysis import (
     question_frequency,
     runtime_breakdown,
     threshold_sweep,
+    trigger_scores,
+    trigger_sweep,
 )
 from quco.eval.runs import Run, record_costs
 from quco.eval.stats import bootstrap_ci, compare, paired_test, permutation_p_value, summarize
@@ -172,3 +174,19 @@ def test_runtime_cost_groups_and_claim_rates() -> None:
     assert claim_flag_rates(run, [20, 40], "head_count") == [(20.0, 0.0), (40.0, 1.0)]
     point = efficiency_points([run])[0]
     assert point.em == 0.5 and point.costs["retrievals"] == pytest.approx(4 / 3)
+
+
+def test_trigger_sweep_replays_recorded_scores() -> None:
+    def rec(qid: str, scores: list[float]) -> dict[str, Any]:
+        r = _rec(qid, 1.0)
+        trigger = {"rule": "above", "threshold": 0.5, "scores": scores, "fired_at": None}
+        r["trace"]["steps"] = [{"index": 0, "stage": "generate", "signals": {"trigger": trigger}}]
+        return r
+
+    run = _run("flare", [rec("a", [0.2, 0.7]), rec("b", [0.1, 0.3])], "flare")
+    assert sorted(trigger_scores(run)) == [0.1, 0.2, 0.3, 0.7]
+    pts = trigger_sweep(run, [0.05, 0.25, 0.5, 0.8])
+    assert [p.retrievals_per_question for p in pts] == [1.0, 1.0, 0.5, 0.0]
+    default = [p.threshold for p in trigger_sweep(run)]  # default: 9 quantiles of the recorded scores
+    assert len(default) == 9 and default == sorted(default) and (default[0], default[-1]) == (0.1, 0.7)
+    assert trigger_sweep(_run("wo", [_rec("a", 1.0)])) == []

@@ -241,3 +241,32 @@ def claim_flag_rates(
         return []
     arr = np.asarray(counts)
     return [(float(t), float(np.mean(arr < t))) for t in thresholds]
+
+
+def trigger_scores(run: Run) -> list[float]:
+    """Every candidate score recorded by thresholded checks (``signals["trigger"]["scores"]``)."""
+    scores: list[float] = []
+    for rec in run.records:
+        for step in (rec.get("trace") or {}).get("steps", []):
+            trigger = (step.get("signals") or {}).get("trigger")
+            if isinstance(trigger, dict):
+                scores += [float(s) for s in trigger.get("scores") or []]
+    return scores
+
+
+def trigger_sweep(run: Run, thresholds: Sequence[float] | None = None, points: int = 9) -> list[Any]:
+    """Replayed retrieval rate of a run's thresholded trigger (FLARE, DRAGIN, ETC, ...) across thresholds.
+
+    Delegates to ``quco.triggers.sweep``, which re-decides every recorded check; ``exact_share`` says how much
+    of each point is certain (decisions after the first changed one are estimates). Default thresholds: the
+    quantiles of the recorded scores. Empty when the run's traces hold no trigger records.
+    """
+    from quco.triggers.sweep import sweep
+
+    scores = trigger_scores(run)
+    if not scores:
+        return []
+    if thresholds is None:
+        thresholds = sorted({round(float(q), 6) for q in np.quantile(scores, np.linspace(0, 1, points))})
+    traces = [r["trace"] for r in run.records if r.get("trace")]
+    return sweep(traces, thresholds)

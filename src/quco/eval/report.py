@@ -25,6 +25,7 @@ from quco.eval.analysis import (
     runtime_breakdown,
     signal_source,
     threshold_sweep,
+    trigger_sweep,
 )
 from quco.eval.runs import Run, load_run
 from quco.eval.stats import Interval, compare, summarize
@@ -249,6 +250,23 @@ def _plot_sweep(runs: Sequence[Run]) -> str | None:
     return _png(fig)
 
 
+def _plot_trigger_sweeps(runs: Sequence[Run]) -> str | None:
+    sweeps = [(r.name, trigger_sweep(r)) for r in runs]
+    sweeps = [(name, pts) for name, pts in sweeps if pts]
+    if not sweeps:
+        return None
+    fig = _figure(8, 3.4, "Trigger threshold sweep")
+    ax = fig.add_subplot(1, 1, 1)
+    for name, pts in sweeps:
+        ax.plot([p.threshold for p in pts], [p.retrievals_per_question for p in pts], marker="o", label=name)
+    ax.set_xlabel("trigger threshold (replayed from recorded scores)")
+    ax.set_ylabel("retrievals / question")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Trigger threshold sweep from recorded signals")
+    return _png(fig)
+
+
 def _trace_html(rec: dict[str, Any]) -> str:
     if rec.get("error"):
         return f"<pre class='bad'>{_esc(rec['error'])}\n{_esc(rec.get('error_traceback') or '')}</pre>"
@@ -337,7 +355,7 @@ def write_report(
     summaries = {r.name: summarize(r, n_boot=n_boot) for r in runs}
     datasets = sorted({f"{r.dataset.get('name')} ({r.dataset.get('sha256', '')[:8]})" for r in runs})
     plots = [_plot_efficiency(runs), _plot_runtime(runs), _plot_em_by_retrievals(runs)]
-    plots += [p for p in (_plot_frequency(runs), _plot_sweep(runs)) if p]
+    plots += [p for p in (_plot_frequency(runs), _plot_sweep(runs), _plot_trigger_sweeps(runs)) if p]
     run_list = "".join(
         f"<li><b>{_esc(r.name)}</b>: method {_esc(r.method)}, {len(r.records)} questions, config "
         f"{_esc(r.config.get('config_hash'))}, dir <code>{_esc(r.dir)}</code></li>"
