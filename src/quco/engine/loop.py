@@ -126,7 +126,9 @@ def run(method: Method, question: str, ctx: RunContext) -> None:
         else:
             remaining = max(1, budget - ctx.count_tokens(text))
             n_tokens = min(method.unit_tokens(ctx), remaining)
-            prompt = build_prompt(question, parts.exemplars, parts.template, docs, prefix=text)
+            # DRAGIN-family methods draft without passages; passages only inform their regeneration.
+            draft_docs = docs if method.draft_docs else []
+            prompt = build_prompt(question, parts.exemplars, parts.template, draft_docs, prefix=text)
             gen = ctx.generate(prompt, max_new_tokens=n_tokens, logprobs=want_scores, entropy=want_scores)[0]
             raw = gen.text
             sentences = split(raw)
@@ -136,7 +138,12 @@ def run(method: Method, question: str, ctx: RunContext) -> None:
             ended = gen.finish_reason in ("eos", "stop") and len(gen.text) == len(raw)
             # The prompt travels with the draft so that a check can sample the same unit again (black-box).
             draft = Draft(
-                text=gen.text.strip(), sentences=sentences, generation=gen, prefix=text, prompt=prompt
+                text=gen.text.strip(),
+                sentences=sentences,
+                generation=gen,
+                prefix=text,
+                prompt=prompt,
+                docs=list(draft_docs),
             )
         step.draft = draft.text
         if not draft.text:
@@ -192,7 +199,9 @@ def run(method: Method, question: str, ctx: RunContext) -> None:
         if ctx.count_tokens(text) >= budget:
             stop_reason = "token_budget"
             break
-        if len(text) == before_len and not pending and not check.fire:
+        # A retrieval that only informs the next draft (keep rule "draft") may grow nothing yet; a regeneration
+        # that added nothing would otherwise repeat the same draft and the same retrieval until max_steps.
+        if len(text) == before_len and not pending and not (check.fire and method.keep_rule == "draft"):
             stop_reason = "no_growth"
             break
         if ended and not pending and not check.fire:

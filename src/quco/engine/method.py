@@ -60,6 +60,8 @@ class Draft:
     generation: Generation | None
     prefix: str  # accepted text before this draft
     prompt: str = ""  # the exact prompt the draft came from ("" for a remainder): lets a check re-sample it
+    # The passages in that prompt, so a check can build variants of it (SeaKR: one more passage each).
+    docs: list[Passage] = field(default_factory=list)
 
 
 @dataclass
@@ -91,6 +93,9 @@ class Method:
     recheck_remainder: ClassVar[bool] = False  # re-check the rest of a regeneration without a new call
     single_pass: ClassVar[bool] = False  # generate once and stop (Wo-RAG, SR-RAG)
     draft_logprobs: ClassVar[bool] = False  # ask the generator for per-token logprobs/entropy on drafts
+    # Put the latest retrieved passages into draft prompts. DRAGIN, FLARE (as in the DRAGIN/QuCo code) and
+    # ETC draft from exemplars + question + text only and use passages just for the regeneration.
+    draft_docs: ClassVar[bool] = True
 
     def __init__(self, params: dict[str, Any] | None = None) -> None:
         try:
