@@ -258,7 +258,10 @@ def show_config(config: ConfigOpt = None, method: MethodOpt = None, set_: SetOpt
 @friendly_errors
 def serve_stats_cmd(
     index: Annotated[
-        list[Path], typer.Option("--index", help="Local Infini-gram index directory (repeatable).")
+        list[str],
+        typer.Option(
+            "--index", help="NAME=DIR[,DIR...] or DIR: a local index (or its shards) to serve; repeatable."
+        ),
     ],
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).")] = 8765,
@@ -268,7 +271,13 @@ def serve_stats_cmd(
     from quco.corpus_stats.server import serve_stats
 
     _setup_logging(verbose)
-    serve_stats(index, host=host, port=port)
+    named: dict[str, list[str]] = {}
+    for spec in index:
+        name, sep, dirs = spec.partition("=")
+        if not sep:
+            name, dirs = Path(spec).name, spec
+        named[name] = [d for d in dirs.split(",") if d]
+    serve_stats(named, host=host, port=port)
 
 
 _mount_optional()
