@@ -124,7 +124,7 @@ class DTR(Method):
         cfg = parts.config
         if p.retrieval == "dual_path" or p.standard_retriever == "dense":
             existing = parts.extras.get(DENSE_EXTRA)
-            if not isinstance(existing, DenseRetriever):
+            if not (isinstance(existing, DenseRetriever) and existing.embedder.name == p.dense_model):
                 from quco.retrieval.dense import ensure_dense_index
 
                 retriever, reused = ensure_dense_index(

