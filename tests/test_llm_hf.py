@@ -53,6 +53,25 @@ def test_cut_at_stop_keeps_the_straddling_token_shortened() -> None:
     assert hf._cut_at_stop(pieces, "".join(pieces), ["Lyon"])[3] is False
 
 
+def test_sampling_filters_keep_only_allowed_tokens() -> None:
+    import torch
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).expand(4000, -1)
+    rng = torch.Generator().manual_seed(0)
+    drawn = hf._sample(logits, 1.0, 0.7, 0, rng)  # nucleus 0.7: tokens 0 and 1 (0.5 + 0.3 reaches it)
+    assert set(drawn.tolist()) == {0, 1}
+    assert 0.55 < (drawn == 0).float().mean().item() < 0.70  # renormalised: 0.5 / 0.8 = 0.625
+    assert set(hf._sample(logits, 1.0, 1.0, 3, rng).tolist()) == {0, 1, 2}  # top-k 3
+    assert set(hf._sample(logits, 1.0, 1.0, 0, rng).tolist()) == {0, 1, 2, 3}
+    # a flat full-size vocabulary: the nucleus (half of it) is larger than the first top-k slices
+    flat = torch.zeros(2, 262144)
+    flat[:, :10] = -1e9  # ten impossible tokens
+    drawn = hf._sample(flat, 1.0, 0.5, 0, rng)
+    assert all(10 <= t < 262144 for t in drawn.tolist())
+    logp = torch.log_softmax(flat, dim=-1)
+    assert abs(hf._entropy(logp)[0].item() - math.log(262144 - 10)) < 1e-3
+
+
 def test_incomplete_conversion_is_not_reused(tmp_path: Path) -> None:
     out = tmp_path / "m"
     out.mkdir()
