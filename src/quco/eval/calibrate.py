@@ -1,0 +1,295 @@
+"""``quco calibrate``: choose a trigger's threshold θ on one split of questions and write it into the config.
+
+The evaluation then runs on other questions, so θ is never tuned on the data it is judged on (the flaw the
+review of 2501.09292 names). Two targets:
+
+- ``rate``: one pass that never retrieves records the score U of every check; θ is the cut whose share of
+  checks with U > θ is closest to the target retrieval rate (rate per check, predicted from that pass).
+- ``em``: θ candidates at several rates from that pass are each run on the split; the best exact match wins
+  (ties: fewer retrievals per question).
+
+It works for any method whose parameters have ``threshold`` and whose checks record their candidate scores
+as ``signals["trigger"]`` with rule "above" or "abs_above" (black-box, FLARE, DRAGIN, ETC): a check fires when
+its largest (absolute) score exceeds θ, so that score stands for the check.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from quco.errors import ConfigError, QucoError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RATES = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+@dataclass
+class Candidate:
+    """One θ run on the calibration split."""
+
+    threshold: float
+    em: float
+    retrieval_rate: float  # fired checks / checks
+    retrievals_per_question: float
+    llm_calls_per_question: float
+
+
+@dataclass
+class CalibrationResult:
+    threshold: float
+    target: str
+    questions: int
+    scores: list[float]  # U of every check in the never-retrieving pass
+    predicted_rate: float  # share of those scores above θ
+    candidates: list[Candidate] = field(default_factory=list)
+
+
+# -- pure choices --------------------------------------------------------------------------------------------
+
+
+def threshold_for_rate(scores: Sequence[float], rate: float) -> float:
+    """θ whose share of ``scores`` strictly above it is closest to ``rate`` (ties: the higher θ, fewer fires).
+
+    Candidates are the distinct scores themselves (θ = a score fires on those above it) and one below the
+    smallest score (fires on all).
+    """
+    if not scores:
+        raise QucoError("no check was scored on the calibration questions; nothing to calibrate")
+    if not 0.0 <= rate <= 1.0:
+        raise QucoError(f"target rate must be between 0 and 1, got {rate}")
+    values = sorted(set(float(s) for s in scores))
+    below = values[0] - max(1.0, abs(values[0]))
+    best, best_gap = below, abs(1.0 - rate)
+    n = len(scores)
+    for v in values:
+        share = sum(s > v for s in scores) / n
+        gap = abs(share - rate)
+        if gap <= best_gap + 1e-12:
+            best, best_gap = v, gap
+    return best
+
+
+def check_score(trigger: dict[str, Any]) -> float:
+    """The score that decides a recorded check: it fires at some candidate iff this exceeds θ."""
+    rule = trigger.get("rule")
+    values = [float(v) for v in trigger["scores"]]
+    if rule == "above":
+        return max(values)
+    if rule == "abs_above":
+        return max(abs(v) for v in values)
+    raise QucoError(
+        f"cannot calibrate a trigger with rule '{rule}'; calibration handles 'above' and 'abs_above'"
+    )
+
+
+def fire_rate(scores: Sequence[float], threshold: float) -> float:
+    return sum(s > threshold for s in scores) / len(scores) if scores else 0.0
+
+
+def best_candidate(candidates: Sequence[Candidate]) -> Candidate:
+    """Highest EM; among equals, the one that retrieves least per question."""
+    if not candidates:
+        raise QucoError("no threshold candidate was evaluated")
+    return max(candidates, key=lambda c: (round(c.em, 9), -c.retrievals_per_question))
+
+
+# -- writing the config --------------------------------------------------------------------------------------
+
+_THRESHOLD_LINE = re.compile(r"^(?P<indent>[ \t]+)threshold:[^\n]*$", re.MULTILINE)
+
+
+def _yaml_float(value: float) -> str:
+    return repr(float(value)) if math.isfinite(value) else (".inf" if value > 0 else "-.inf")
+
+
+def write_threshold(path: str | Path, threshold: float, note: str) -> None:
+    """Set ``params.threshold`` in a YAML config, keeping the rest of the file (and its comments) as it is."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        data = yaml.safe_load(text) if text.strip() else {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    line = f"threshold: {_yaml_float(threshold)}  # {note}"
+    params = data.get("params")
+    params_block = re.search(r"^params:[ \t]*(#.*)?$", text, re.MULTILINE)
+    if isinstance(params, dict) and "threshold" in params and params_block:
+        start = params_block.end()
+        nxt = re.search(r"^\S", text[start + 1 :], re.MULTILINE)
+        end = start + 1 + nxt.start() if nxt else len(text)
+        block = _THRESHOLD_LINE.sub(lambda m: m.group("indent") + line, text[start:end], count=1)
+        text = text[:start] + block + text[end:]
+    elif isinstance(params, dict) and params_block:
+        text = text[: params_block.end()] + f"\n  {line}" + text[params_block.end() :]
+    elif params is None and not params_block:
+        text = text.rstrip("\n") + ("\n" if text.strip() else "") + f"params:\n  {line}\n"
+    else:
+        raise ConfigError(f"cannot place params.threshold in {path}: write 'params:' as a block mapping")
+    check = yaml.safe_load(text)
+    if not math.isclose(float(check["params"]["threshold"]), threshold, rel_tol=1e-12, abs_tol=0.0):
+        raise ConfigError(f"could not write params.threshold into {path}")  # pragma: no cover - guard
+    path.write_text(text, encoding="utf-8")
+
+
+# -- running -------------------------------------------------------------------------------------------------
+
+
+def _set_threshold(pipe: Any, threshold: float) -> None:
+    pipe.method.params = pipe.method.params.model_copy(update={"threshold": threshold})
+
+
+def _run(pipe: Any, examples: Sequence[Any], threshold: float) -> tuple[Candidate, list[float]]:
+    """Answer ``examples`` with θ; the candidate's numbers and the scores of every check."""
+    from quco.eval.metrics import score_prediction
+
+    _set_threshold(pipe, threshold)
+    em = fired = checks = retrievals = calls = 0.0
+    scores: list[float] = []
+    for ex in examples:
+        trace = pipe.answer(ex.question)
+        em += score_prediction(trace.prediction, ex.answers, ex.kind, ex.dataset).em
+        for step in trace.steps:
+            trigger = step.signals.get("trigger")
+            if step.stage != "generate" or not isinstance(trigger, dict) or not trigger.get("scores"):
+                continue
+            scores.append(check_score(trigger))
+            checks += 1
+            fired += step.decision == "retrieve"
+        retrievals += trace.counters.retrievals
+        calls += trace.counters.total_llm_calls
+    n = max(1, len(examples))
+    cand = Candidate(threshold, em / n, fired / checks if checks else 0.0, retrievals / n, calls / n)
+    return cand, scores
+
+
+def calibrate(
+    config: Any,
+    dataset: str = "hotpotqa",
+    offset: int = 0,
+    limit: int = 100,
+    target: str = "rate",
+    rate: float = 0.5,
+    rates: Sequence[float] = DEFAULT_RATES,
+    overrides: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> CalibrationResult:
+    """Choose θ on questions ``offset .. offset+limit-1`` of ``dataset`` (nothing is written).
+
+    ``config`` is a YAML path, a ``PipelineConfig``, or a built ``Pipeline`` (reused, e.g. to calibrate
+    several targets on one loaded model; its method's threshold is changed in place).
+    """
+    from quco.config import PipelineConfig, load_config
+    from quco.datasets import load_dataset
+    from quco.pipeline import Pipeline
+
+    if target not in ("rate", "em"):
+        raise QucoError(f"unknown calibration target '{target}'; use 'rate' or 'em'")
+    if isinstance(config, Pipeline):
+        pipe = config
+    else:
+        cfg = config if isinstance(config, PipelineConfig) else load_config(config, overrides=overrides)
+        pipe = Pipeline.from_config(cfg, progress=progress)
+    if "threshold" not in type(pipe.method.params).model_fields:
+        raise QucoError(f"method '{pipe.method.name}' has no 'threshold' parameter to calibrate")
+    examples = load_dataset(dataset, limit=limit, offset=offset)
+    if not examples:
+        raise QucoError(f"no questions selected from {dataset} (offset {offset}, limit {limit})")
+    log.info("scoring every check of %d questions without retrieval", len(examples))
+    never, scores = _run(pipe, examples, math.inf)
+    if target == "rate":
+        theta = threshold_for_rate(scores, rate)
+        return CalibrationResult(theta, "rate", len(examples), scores, fire_rate(scores, theta))
+    cands: list[Candidate] = []
+    for theta in sorted({threshold_for_rate(scores, r) for r in rates}, reverse=True):
+        if fire_rate(scores, theta) == 0.0:  # retrieves nowhere: the same run as the pass above
+            cands.append(Candidate(theta, never.em, 0.0, 0.0, never.llm_calls_per_question))
+            continue
+        log.info("evaluating threshold %g", theta)
+        cands.append(_run(pipe, examples, theta)[0])
+    best = best_candidate(cands)
+    return CalibrationResult(
+        best.threshold, "em", len(examples), scores, fire_rate(scores, best.threshold), cands
+    )
+
+
+# -- the command ---------------------------------------------------------------------------------------------
+
+calibrate_app = typer.Typer(
+    help="Choose a trigger threshold on one split of questions and write it to the config."
+)
+
+
+def _parse_span(text: str) -> tuple[int, int]:
+    """ "0:100" -> (offset 0, limit 100)."""
+    try:
+        start, _, end = text.partition(":")
+        a, b = int(start or 0), int(end)
+    except ValueError:
+        raise QucoError(f"--questions must look like START:END, e.g. 0:100; got '{text}'") from None
+    if b <= a or a < 0:
+        raise QucoError(f"--questions {text} selects no question; use START:END with END > START >= 0")
+    return a, b - a
+
+
+@calibrate_app.callback(invoke_without_command=True)
+def calibrate_command(
+    config: Annotated[Path, typer.Option("--config", "-c", help="YAML config of the method to calibrate.")],
+    dataset: Annotated[str, typer.Option(help="Dataset name or file (see quco.datasets).")] = "hotpotqa",
+    questions: Annotated[str, typer.Option(help="Calibration split START:END (END exclusive).")] = "0:100",
+    target: Annotated[str, typer.Option(help="'rate' (target retrieval rate) or 'em' (best EM).")] = "rate",
+    rate: Annotated[float, typer.Option(help="Target share of checks that retrieve (target 'rate').")] = 0.5,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the threshold here (default: into --config).")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the threshold, write nothing.")] = False,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a config field, e.g. params.n_samples=4.")
+    ] = None,
+) -> None:
+    """Choose θ on the calibration questions and write it into the config as params.threshold."""
+    from rich.console import Console
+
+    from quco.config import parse_override
+
+    console, err = Console(), Console(stderr=True)
+    try:
+        offset, limit = _parse_span(questions)
+        overrides = dict(parse_override(s) for s in set_ or [])
+        result = calibrate(config, dataset, offset, limit, target, rate, overrides=overrides, progress=True)
+        for c in result.candidates:
+            console.print(
+                f"θ={c.threshold:.6g}  EM={c.em:.3f}  rate={c.retrieval_rate:.3f}  "
+                f"retrievals/q={c.retrievals_per_question:.2f}  LLM calls/q={c.llm_calls_per_question:.1f}"
+            )
+        console.print(
+            f"threshold {result.threshold:.6g} ({target}; predicted retrieval rate "
+            f"{result.predicted_rate:.3f} "
+            f"over {len(result.scores)} checks of {result.questions} questions)"
+        )
+        if not dry_run:
+            dest = out or config
+            goal = f"rate {rate:g}" if target == "rate" else "best EM"
+            note = (
+                f"calibrated: {goal} on {dataset} questions {questions} "
+                f"({datetime.now(UTC).date().isoformat()})"
+            )
+            if out is not None and not out.exists():
+                out.write_text(config.read_text(encoding="utf-8"), encoding="utf-8")
+            write_threshold(dest, result.threshold, note)
+            console.print(f"written to {dest}")
+    except QucoError as exc:
+        err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None

@@ -1,0 +1,601 @@
+"""Black-box triggers: estimators against hand-computed values, similarity backends on real HotpotQA
+sentences, the check and the loop with the real default model, cost counters, and threshold calibration."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from quco.blackbox import (
+    EmbeddingSimilarity,
+    JaccardSimilarity,
+    JudgeSimilarity,
+    NLISimilarity,
+    affinity,
+    dedupe,
+    deg_mat,
+    eccentricity,
+    eig_val_laplacian,
+    estimate,
+    jaccard_matrix,
+    lexical_similarity,
+    normalized_laplacian,
+    num_sem_sets,
+    rouge_l,
+    rouge_tokens,
+    yes_no_probability,
+)
+from quco.blackbox.similarity import load_sentence_model, nli_label_ids
+from quco.errors import ConfigError
+from quco.llm.base import Generation
+from quco.paths import data_dir
+
+HOTPOT_DEV = "hotpotqa/hotpot_dev_0_300_unified.jsonl"
+HOTPOT_CORPUS = "hotpotqa/corpus/hotpot_dev_first500_pooled_paragraphs.jsonl.gz"
+
+
+@pytest.fixture(scope="module")
+def hotpot_rows() -> list[dict]:
+    path = data_dir() / HOTPOT_DEV
+    assert path.is_file(), f"evaluation data missing: {path} (set QUCO_DATA_DIR)"
+    with path.open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in itertools.islice(fh, 5)]
+
+
+@pytest.fixture(scope="module")
+def real_sentences(hotpot_rows: list[dict]) -> dict[str, str]:
+    """A few real context sentences of the first HotpotQA dev questions, by title."""
+    return {title: sents[0].strip() for row in hotpot_rows for title, sents in row["context"]}
+
+
+# -- estimators: hand-computed values ------------------------------------------------------------------------
+# Normalised Laplacian L = I - D^-1/2 W D^-1/2. Values below are worked out on paper from its eigenvalues.
+
+
+def _all(w: np.ndarray, threshold: float = 0.5) -> tuple[float, float, float, int]:
+    return eig_val_laplacian(w), deg_mat(w), eccentricity(w), num_sem_sets(w, np.full_like(w, threshold))
+
+
+def test_all_samples_identical():
+    # W = J (all ones, n = 4): L = I - J/4 has eigenvalues 0, 1, 1, 1.
+    # EigV = (1-0) + 0 + 0 + 0 = 1; DegMat = 1 - 16/16 = 0; Ecc keeps only the constant eigenvector -> 0.
+    eigv, deg, ecc, sets = _all(np.ones((4, 4)))
+    assert eigv == pytest.approx(1.0)
+    assert deg == pytest.approx(0.0)
+    assert ecc == pytest.approx(0.0, abs=1e-12)
+    assert sets == 1
+    assert lexical_similarity(["Paris is in France."] * 4) == pytest.approx(-1.0)
+
+
+def test_all_samples_different():
+    # W = I (n = 3): L = 0, every eigenvalue 0. EigV = 3; DegMat = 1 - 3/9 = 2/3.
+    # Ecc keeps all three (0 < 0.9): ||V - mean||_F^2 = 3 - ||V^T 1||^2 / 3 = 3 - 1 = 2 -> sqrt(2).
+    eigv, deg, ecc, sets = _all(np.eye(3))
+    assert eigv == pytest.approx(3.0)
+    assert deg == pytest.approx(2 / 3)
+    assert ecc == pytest.approx(math.sqrt(2))
+    assert sets == 3
+    assert lexical_similarity(["alpha beta", "gamma delta", "epsilon zeta"]) == pytest.approx(0.0)
+
+
+def test_single_sample():
+    eigv, deg, ecc, sets = _all(np.array([[1.0]]))
+    assert (eigv, deg, ecc, sets) == (pytest.approx(1.0), pytest.approx(0.0), pytest.approx(0.0), 1)
+    assert lexical_similarity(["only one"]) == -1.0  # no pair: counted as full agreement
+
+
+def test_two_clusters_of_two():
+    # W = blockdiag(J2, J2): L = blockdiag(I - J/2, I - J/2), eigenvalues 0, 0, 1, 1.
+    # EigV = 2; DegMat = 1 - 8/16 = 0.5; Ecc: zero eigenspace spanned by (1,1,0,0)/sqrt2, (0,0,1,1)/sqrt2,
+    # ||V^T 1||^2 = 2 + 2 = 4 -> ||V - mean||_F^2 = 2 - 4/4 = 1.
+    w = np.kron(np.eye(2), np.ones((2, 2)))
+    eigv, deg, ecc, sets = _all(w)
+    assert eigv == pytest.approx(2.0)
+    assert deg == pytest.approx(0.5)
+    assert ecc == pytest.approx(1.0)
+    assert sets == 2
+
+
+def test_pair_and_singleton():
+    # W = [[1,1,0],[1,1,0],[0,0,1]]: D = diag(2,2,1); L = blockdiag([[.5,-.5],[-.5,.5]], [0]) -> 0, 1, 0.
+    # EigV = 1 + 0 + 1 = 2; DegMat = 1 - 5/9 = 4/9; Ecc: zero eigenspace (1,1,0)/sqrt2, (0,0,1):
+    # ||V^T 1||^2 = 2 + 1 = 3 -> 2 - 3/3 = 1.
+    w = np.array([[1, 1, 0], [1, 1, 0], [0, 0, 1]], dtype=float)
+    eigv, deg, ecc, sets = _all(w)
+    assert eigv == pytest.approx(2.0)
+    assert deg == pytest.approx(4 / 9)
+    assert ecc == pytest.approx(1.0)
+    assert sets == 2
+
+
+@pytest.mark.parametrize(
+    ("a", "eigv", "deg", "ecc", "sets"),
+    [
+        # W = [[1,a],[a,1]]: D = (1+a) I, L = [[a,-a],[-a,a]]/(1+a), eigenvalues 0 and 2a/(1+a).
+        # a = 0.5: 2a/(1+a) = 2/3 < 0.9, both eigenvectors kept, ||V - mean||^2 = 2 - 2/2 = 1.
+        (0.5, 1 + 1 / 3, 0.25, 1.0, 2),  # W = 0.5 is not > 0.5: two sets
+        # a = 0.9: 2a/(1+a) = 18/19 >= 0.9, only the constant eigenvector kept -> Ecc 0; EigV = 1 + 1/19.
+        (0.9, 1 + 1 / 19, 0.05, 0.0, 1),
+    ],
+)
+def test_two_samples(a: float, eigv: float, deg: float, ecc: float, sets: int):
+    w = np.array([[1.0, a], [a, 1.0]])
+    got = _all(w)
+    assert got[0] == pytest.approx(eigv)
+    assert got[1] == pytest.approx(deg)
+    assert got[2] == pytest.approx(ecc, abs=1e-12)
+    assert got[3] == sets
+
+
+def test_eccentricity_threshold_decides_which_eigenvectors_count():
+    w = np.array([[1.0, 0.5], [0.5, 1.0]])  # eigenvalues 0 and 2/3
+    assert eccentricity(w, threshold=0.9) == pytest.approx(1.0)
+    assert eccentricity(w, threshold=0.5) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_num_sem_sets_needs_entailment_in_both_directions_and_links_transitively():
+    # 0 <-> 1 both ways, 1 -> 2 only one way: {0,1}, {2}.
+    e = np.array([[0.9, 0.8, 0.1], [0.7, 0.9, 0.8], [0.1, 0.2, 0.9]])
+    c = np.array([[0.0, 0.1, 0.5], [0.1, 0.0, 0.1], [0.5, 0.6, 0.0]])
+    assert num_sem_sets(e, c) == 2
+    # Chain 0 <-> 1 <-> 2 with 0 and 2 unrelated: one connected component, as the published code counts.
+    e2 = np.array([[1.0, 0.9, 0.0], [0.9, 1.0, 0.9], [0.0, 0.9, 1.0]])
+    c2 = np.array([[0.0, 0.0, 0.9], [0.0, 0.0, 0.0], [0.9, 0.0, 0.0]])
+    assert num_sem_sets(e2, c2) == 1
+    assert num_sem_sets(np.zeros((5, 5)), np.ones((5, 5))) == 5
+
+
+def test_affinity_from_directed_scores():
+    e = np.array([[1.0, 0.6], [0.2, 1.0]])
+    c = np.array([[0.0, 0.3], [0.5, 0.0]])
+    assert affinity(e, c, "entail") == pytest.approx(np.array([[1.0, 0.4], [0.4, 1.0]]))
+    # 1 - C = [[1, .7], [.5, 1]] -> symmetrised off-diagonal 0.6
+    assert affinity(e, c, "contra") == pytest.approx(np.array([[1.0, 0.6], [0.6, 1.0]]))
+    # DegMat with the entail affinity: 1 - (1 + 1 + .4 + .4)/4 = 0.3
+    assert estimate("deg_mat", ["x", "y"], e, c) == pytest.approx(0.3)
+    with pytest.raises(ValueError, match="contradiction matrix"):
+        affinity(e, None, "contra")
+
+
+def test_spectral_estimators_match_the_published_formulas_on_random_matrices():
+    """The published formulas written out literally (inverse of sqrt(D), general eig) agree with ours."""
+    rng = np.random.default_rng(7)
+    for n in (2, 3, 5, 10):
+        for _ in range(5):
+            a = rng.uniform(0.0, 1.0, (n, n))
+            w = (a + a.T) / 2
+            np.fill_diagonal(w, 1.0)
+            d = np.diag(w.sum(axis=1))
+            d_inv_sqrt = np.linalg.inv(np.sqrt(d))
+            lap = np.eye(n) - d_inv_sqrt @ w @ d_inv_sqrt
+            assert normalized_laplacian(w) == pytest.approx(lap)
+            values, vectors = np.linalg.eig(lap)
+            values, vectors = values.real, vectors.real
+            assert eig_val_laplacian(w) == pytest.approx(sum(max(0.0, 1 - v) for v in values))
+            assert deg_mat(w) == pytest.approx(np.trace(n - d) / n**2)
+            kept = vectors[:, values < 0.9].T
+            ecc = np.linalg.norm([np.linalg.norm(x - x.mean(0), 2) for x in kept], 2) if len(kept) else 0.0
+            assert eccentricity(w) == pytest.approx(ecc)
+
+
+def test_estimate_dispatch_and_errors():
+    w = np.array([[1.0, 0.7], [0.7, 1.0]])
+    assert estimate("num_sem_sets", ["a", "b"], w) == 1.0  # 0.7 > set_threshold 0.5
+    assert estimate("num_sem_sets", ["a", "b"], w, set_threshold=0.8) == 2.0
+    assert estimate("eccentricity", ["a", "b"], w) == pytest.approx(eccentricity(w))
+    assert estimate("lexical_similarity", ["a b", "a b"]) == -1.0
+    with pytest.raises(ValueError, match="unknown estimator"):
+        estimate("entropy", ["a"], np.eye(1))
+    with pytest.raises(ValueError, match="square"):
+        deg_mat(np.ones((2, 3)))
+
+
+# -- ROUGE-L -------------------------------------------------------------------------------------------------
+
+
+def test_rouge_l_by_hand():
+    # LCS("the cat sat on the mat", "the cat is on the mat") = 5 of 6 tokens each -> F = 5/6.
+    assert rouge_l("the cat sat on the mat", "the cat is on the mat") == pytest.approx(5 / 6)
+    # Porter stemming of tokens longer than 3 characters, punctuation dropped, lower-cased.
+    assert rouge_tokens("Running dogs!") == ["run", "dog"]
+    assert rouge_l("Running dogs!", "run dog") == pytest.approx(1.0)
+    # "a b c" vs "a b d": LCS 2 of 3 -> 2/3; both unrelated to "x y z": mean over 3 pairs = 2/9.
+    assert lexical_similarity(["a b c", "a b d", "x y z"]) == pytest.approx(-2 / 9)
+    assert rouge_l("", "anything") == 0.0
+    # P = 2/2, R = 2/4 -> F = 2/3 (asymmetric lengths, symmetric F)
+    assert rouge_l("born in Warsaw Poland", "Warsaw Poland") == pytest.approx(2 / 3)
+    assert rouge_l("Warsaw Poland", "born in Warsaw Poland") == pytest.approx(2 / 3)
+
+
+# -- similarity backends on real sentences -------------------------------------------------------------------
+
+
+def test_dedupe_keeps_first_seen_order():
+    unique, inverse = dedupe(["b", "a", "b", "c", "a"])
+    assert unique == ["b", "a", "c"]
+    assert inverse.tolist() == [0, 1, 0, 2, 1]
+
+
+def test_jaccard_on_real_sentences(real_sentences: dict[str, str]):
+    derrickson = real_sentences["Scott Derrickson"]
+    bates = real_sentences["Tyler Bates"]
+    samples = [derrickson, bates, derrickson, "", ""]
+    w = JaccardSimilarity().scores(samples).entail
+    a, b = set(derrickson.lower().split()), set(bates.lower().split())
+    assert w[0, 1] == pytest.approx(len(a & b) / len(a | b))
+    assert 0 < w[0, 1] < 1  # both are "(born ...) is an American ..." sentences
+    assert w[0, 2] == 1.0 and (w[0] == w[2]).all()  # duplicates score identically
+    assert np.diag(w).tolist() == [1.0] * 5
+    # Two empty samples: the published pairwise formula gives 0 (no words); the backend scores identical
+    # samples once, so they count as identical (1), as the NLI path of LM-Polygraph also does.
+    assert jaccard_matrix(["", ""])[0, 1] == 0.0
+    assert w[3, 4] == 1.0
+    # Words are split on whitespace only: "1966)" and "1966" differ, as in the published code.
+    assert jaccard_matrix(["born 1966", "born 1966)"])[0, 1] == pytest.approx(1 / 3)
+
+
+@pytest.fixture(scope="module")
+def embedder() -> EmbeddingSimilarity:
+    return EmbeddingSimilarity()
+
+
+def test_embedding_similarity_on_real_sentences(
+    embedder: EmbeddingSimilarity, real_sentences: dict[str, str]
+):
+    film = real_sentences["Ed Wood (film)"]
+    clause = film.split(",")[0]  # "Ed Wood is a 1994 American biographical ... Tim Burton"
+    other = real_sentences["Woodson, Arkansas"]
+    samples = [film, clause, other, film]
+    scores = embedder.scores(samples)
+    w = scores.entail
+    assert scores.unique == 3 and scores.contra is None
+    assert w.shape == (4, 4) and np.allclose(w, w.T) and np.allclose(np.diag(w), 1.0)
+    assert ((w >= 0) & (w <= 1)).all()
+    assert w[0, 1] > 0.7 > w[0, 2]  # a sentence and its first clause vs an unrelated sentence
+    assert w[0, 3] == pytest.approx(1.0)
+    model = embedder.load()
+    v = model.encode([film, other], normalize_embeddings=True)
+    assert w[0, 2] == pytest.approx(max(0.0, float(v[0] @ v[1])), abs=1e-5)
+    # Loaded once per process: a second backend reuses the same model object.
+    assert EmbeddingSimilarity().load() is model
+    assert load_sentence_model.cache_info().currsize >= 1
+
+
+@pytest.fixture(scope="module")
+def tiny_nli_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer BERT cross-encoder with 3 NLI labels and random weights, and the bundled MiniLM tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from quco.blackbox.similarity import bundled_embedding_model
+
+    out = tmp_path_factory.mktemp("tiny-nli")
+    tokenizer = AutoTokenizer.from_pretrained(bundled_embedding_model())
+    tokenizer.save_pretrained(out)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=256,
+        num_labels=3,
+        id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2},
+    )
+    torch.manual_seed(0)
+    BertForSequenceClassification(config).save_pretrained(out)
+    return out
+
+
+def test_nli_similarity_scores_ordered_pairs_of_unique_samples(tiny_nli_dir: Path, real_sentences: dict):
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    a, b, c = real_sentences["Scott Derrickson"], real_sentences["Tyler Bates"], real_sentences["Janet Waldo"]
+    samples = [a, b, a, c, b]
+    nli = NLISimilarity(str(tiny_nli_dir), batch_size=4)
+    scores = nli.scores(samples)
+    assert scores.unique == 3 and scores.model_calls == 9  # 3 distinct samples -> 3 x 3 ordered pairs
+    e, con = scores.entail, scores.contra
+    assert e.shape == con.shape == (5, 5)
+    assert ((e > 0) & (e < 1) & (con > 0) & (con < 1) & (e + con < 1)).all()  # three-way softmax
+    assert (e[0] == e[2]).all() and (e[:, 1] == e[:, 4]).all()  # duplicates expanded, not rescored
+    # Direction: entail[i, j] is P(entailment | premise i, hypothesis j), computed here independently.
+    tok = AutoTokenizer.from_pretrained(tiny_nli_dir)
+    net = AutoModelForSequenceClassification.from_pretrained(tiny_nli_dir).eval()
+    with torch.inference_mode():
+        probs = torch.softmax(net(**tok([a], [b], return_tensors="pt")).logits, -1)[0]
+    assert e[0, 1] == pytest.approx(float(probs[2]), abs=1e-5)
+    assert con[0, 1] == pytest.approx(float(probs[0]), abs=1e-5)
+    assert e[0, 1] != pytest.approx(e[1, 0], abs=1e-7)  # premise/hypothesis order matters
+    # All estimators run on it; DegMat by hand from the matrix.
+    w = (e + e.T) / 2
+    assert estimate("deg_mat", samples, e, con) == pytest.approx(1 - w.mean())
+
+
+def test_nli_label_names():
+    assert nli_label_ids({0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"}) == (2, 0)
+    assert nli_label_ids({0: "entailment", 1: "neutral", 2: "contradiction"}) == (0, 2)
+    assert nli_label_ids({0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}, "label_2", "LABEL_0") == (2, 0)
+    with pytest.raises(ConfigError, match="nli_entail_label"):
+        nli_label_ids({0: "LABEL_0", 1: "LABEL_1"})
+
+
+def test_nli_model_that_cannot_be_loaded_is_a_config_error(tmp_path: Path):
+    with pytest.raises(ConfigError, match="cannot load the NLI model"):
+        NLISimilarity(str(tmp_path / "no-such-model")).scores(["a", "b"])
+
+
+def test_yes_no_probability_of_a_judge_answer():
+    yes = Generation(text=" Yes", tokens=[" Yes"], token_ids=[1], logprobs=[math.log(0.8)])
+    assert yes_no_probability(yes) == pytest.approx((0.8, 0.2))
+    no = Generation(text=" no.", tokens=[" no."], token_ids=[1], logprobs=[math.log(0.6)])
+    assert yes_no_probability(no) == pytest.approx((0.4, 0.6))
+    assert yes_no_probability(Generation(text=" Maybe", tokens=[" Maybe"], logprobs=[-0.1])) is None
+    assert yes_no_probability(Generation(text=" NO", tokens=[" NO"])) == (0.0, 1.0)  # no logprobs: certain
+    alternatives = {" Yes": math.log(0.3), " No": math.log(0.1), " The": math.log(0.5)}
+    top = Generation(text=" The", tokens=[" The"], logprobs=[math.log(0.5)], top_logprobs=[alternatives])
+    assert yes_no_probability(top) == pytest.approx((0.75, 0.25))
+
+
+def test_judge_asks_each_ordered_pair_of_distinct_samples_once():
+    asked: list[str] = []
+
+    def ask(prompt: str) -> Generation:
+        # A deterministic judge: "yes" when both statements mention the same year.
+        asked.append(prompt)
+        lines = prompt.splitlines()
+        same = lines[0][-5:-1] == lines[1][-5:-1]
+        return Generation(text=" Yes" if same else " No", tokens=[" Yes" if same else " No"], logprobs=[0.0])
+
+    samples = ["born in 1966.", "born in 1966.", "made in 1994.", "born in 1965."]
+    scores = JudgeSimilarity(ask).scores(samples)
+    assert scores.model_calls == len(asked) == 3 * 2  # 3 distinct samples, both directions, no self-pairs
+    assert scores.unique == 3
+    assert np.diag(scores.entail).tolist() == [1.0] * 4
+    assert scores.entail[0, 1] == 1.0 and scores.entail[0, 2] == 0.0 and scores.contra[0, 2] == 1.0
+    assert estimate("num_sem_sets", samples, scores.entail, scores.contra) == 3.0
+
+
+# -- calibration (pure parts) --------------------------------------------------------------------------------
+
+
+def test_threshold_for_rate_with_ties():
+    from quco.eval.calibrate import fire_rate, threshold_for_rate
+
+    scores = [1.0, 1.0, 2.0, 3.0]  # NumSemSets-like: integer scores with ties
+    assert threshold_for_rate(scores, 0.5) == 1.0 and fire_rate(scores, 1.0) == 0.5
+    assert threshold_for_rate(scores, 0.25) == 2.0
+    assert threshold_for_rate(scores, 0.0) == 3.0 and fire_rate(scores, 3.0) == 0.0
+    low = threshold_for_rate(scores, 1.0)
+    assert low < 1.0 and fire_rate(scores, low) == 1.0
+    # 0.4 is closer to 0.5 (θ = 1) than to 0.25 (θ = 2)
+    assert threshold_for_rate(scores, 0.4) == 1.0
+    # Equally close: the higher θ (fewer retrievals) wins.
+    assert threshold_for_rate([0.1, 0.2], 0.25) == 0.2
+
+
+def test_check_score_of_recorded_triggers():
+    from quco.errors import QucoError
+    from quco.eval.calibrate import check_score
+
+    assert check_score({"rule": "above", "scores": [0.2, 0.7, 0.1]}) == 0.7
+    assert check_score({"rule": "abs_above", "scores": [0.2, -0.9]}) == 0.9
+    with pytest.raises(QucoError, match="rule 'below'"):
+        check_score({"rule": "below", "scores": [0.2]})
+
+
+def test_best_candidate_prefers_em_then_fewer_retrievals():
+    from quco.eval.calibrate import Candidate, best_candidate
+
+    cands = [
+        Candidate(2.0, em=0.30, retrieval_rate=0.2, retrievals_per_question=1.0, llm_calls_per_question=40),
+        Candidate(1.0, em=0.35, retrieval_rate=0.6, retrievals_per_question=3.0, llm_calls_per_question=45),
+        Candidate(1.5, em=0.35, retrieval_rate=0.4, retrievals_per_question=2.0, llm_calls_per_question=42),
+    ]
+    assert best_candidate(cands).threshold == 1.5
+
+
+def test_write_threshold_keeps_the_config_and_its_comments(tmp_path: Path):
+    from quco.config import load_config
+    from quco.eval.calibrate import write_threshold
+
+    src = Path(__file__).resolve().parents[1] / "configs" / "blackbox" / "eccentricity-jaccard.yaml"
+    path = tmp_path / "ecc.yaml"
+    path.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    before = path.read_text(encoding="utf-8").splitlines()
+    write_threshold(path, 1.2345, "calibrated: rate 0.5 on hotpotqa questions 0:100")
+    after = path.read_text(encoding="utf-8").splitlines()
+    changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
+    assert len(changed) == 1 and changed[0][1].strip().startswith("threshold: 1.2345  # calibrated")
+    cfg = load_config(path)
+    assert cfg.params["threshold"] == 1.2345 and cfg.params["estimator"] == "eccentricity"
+    # A config without params.threshold gets one; a file without params gets the block.
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("method: blackbox\nparams:\n  estimator: deg_mat\n", encoding="utf-8")
+    write_threshold(bare, 0.25, "note")
+    assert load_config(bare).params == {"threshold": 0.25, "estimator": "deg_mat"}
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("method: blackbox\n", encoding="utf-8")
+    write_threshold(empty, -0.5, "note")
+    assert load_config(empty).params == {"threshold": -0.5}
+
+
+def test_every_blackbox_config_is_valid():
+    from quco.config import load_config
+    from quco.methods import method_class
+
+    configs = sorted((Path(__file__).resolve().parents[1] / "configs" / "blackbox").glob("*.yaml"))
+    assert len(configs) == 17  # 4 estimators x 4 similarities + lexical similarity
+    for path in configs:
+        cfg = load_config(path)
+        method = method_class(cfg.method)(cfg.params)
+        assert method.params.threshold is not None, path.name
+        assert method.params.n_samples == 10 and method.params.temperature == 1.0
+
+
+def test_blackbox_params_are_validated():
+    from quco.methods.blackbox import DEFAULT_THRESHOLDS, BlackBoxRAG
+
+    assert BlackBoxRAG().threshold == DEFAULT_THRESHOLDS["eccentricity"]
+    with pytest.raises(ConfigError, match="params.estimator"):
+        BlackBoxRAG({"estimator": "entropy"})
+    with pytest.raises(ConfigError, match="params.n_samples"):
+        BlackBoxRAG({"n_samples": 0})
+    with pytest.raises(ConfigError, match="params.simlarity"):
+        BlackBoxRAG({"simlarity": "jaccard"})
+
+
+# -- the check and the loop with the real default model ---------------------------------------------------------
+
+N = 3  # samples per check in the model tests (small, to keep them fast)
+
+
+@pytest.fixture(scope="module")
+def slice_titles(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[str]]:
+    """The first 200 real HotpotQA paragraphs (they cover dev questions 0-19) as a JSONL corpus in tmp."""
+    src = data_dir() / HOTPOT_CORPUS
+    assert src.is_file(), f"evaluation data missing: {src} (set QUCO_DATA_DIR)"
+    with gzip.open(src, "rt", encoding="utf-8") as fh:
+        lines = list(itertools.islice(fh, 200))
+    path = tmp_path_factory.mktemp("bb-corpus") / "hotpot_slice.jsonl"
+    path.write_text("".join(lines), encoding="utf-8")
+    return path, {json.loads(line)["title"] for line in lines}
+
+
+@pytest.fixture(scope="module")
+def pipe(slice_titles: tuple[Path, set[str]], tmp_path_factory: pytest.TempPathFactory):
+    """One pipeline on the default model (loaded once); tests swap in the method they need."""
+    from quco.config import load_config
+    from quco.pipeline import Pipeline
+
+    corpus, _ = slice_titles
+    cfg = load_config(
+        None,
+        method="blackbox",
+        overrides={
+            "params.n_samples": N,
+            "params.sentence_tokens": 16,
+            "retriever.corpus": str(corpus),
+            "retriever.index_dir": str(tmp_path_factory.mktemp("bb-index") / "bm25"),
+            "prompt.fewshot": 2,
+            "generation.max_new_tokens": 32,
+            "generation.max_steps": 3,
+        },
+    )
+    return Pipeline.from_config(cfg, progress=False)
+
+
+def _use(pipe, **params):  # noqa: ANN001, ANN202
+    from quco.methods.blackbox import BlackBoxRAG
+
+    base = {"n_samples": N, "sentence_tokens": 16}
+    pipe.method = BlackBoxRAG(base | params)
+    pipe.method.setup(pipe.parts)
+    return pipe.method
+
+
+@pytest.mark.model
+def test_check_counts_every_sample_and_judge_call(pipe, hotpot_rows: list[dict]):
+    from quco.engine.context import RunContext
+    from quco.engine.method import Draft
+    from quco.prompts import build_prompt
+    from quco.trace import Trace
+
+    method = _use(pipe, estimator="num_sem_sets", similarity="judge", threshold=1.0)
+    question = hotpot_rows[0]["question"]
+    ctx = RunContext(parts=pipe.parts, trace=Trace(question=question, method=method.name))
+    prompt = build_prompt(question, pipe.parts.exemplars, pipe.parts.template)
+    gen = ctx.generate(prompt, max_new_tokens=16)[0]
+    draft = Draft(gen.text.strip(), pipe.parts.text.splitter.split(gen.text), gen, prefix="", prompt=prompt)
+
+    check = method.check(draft, question, ctx)
+    sig = check.signals
+    m = sig["unique"]
+    calls = ctx.trace.counters.llm_calls
+    assert sig["n"] == len(sig["samples"]) == N and 1 <= m <= N
+    expected = {"main": 1, "sampler": N} | ({"judge": m * (m - 1)} if m > 1 else {})
+    assert calls == expected
+    assert sig.get("judge_calls", 0) == m * (m - 1)
+    assert ctx.trace.counters.generated_tokens["sampler"] >= N  # every sample's tokens are counted
+    assert 1 <= sig["score"] <= m and check.fire == (sig["score"] > 1.0)
+    # Same seed, same question, same prefix: the same samples again (a rerun is reproducible).
+    assert method.sample(draft, question, ctx) == sig["samples"]
+    assert ctx.trace.counters.llm_calls["sampler"] == 2 * N
+
+
+@pytest.mark.model
+def test_loop_end_to_end_on_two_hotpotqa_questions(pipe, hotpot_rows: list[dict], slice_titles):
+    _, titles = slice_titles
+    runs = [
+        ({"estimator": "eccentricity", "similarity": "jaccard", "threshold": 1.0}, hotpot_rows[0]),
+        # DegMat is >= 0, so a threshold of -1 fires on every sentence: the retrieval path runs for sure.
+        ({"estimator": "deg_mat", "similarity": "embedding", "threshold": -1.0}, hotpot_rows[1]),
+    ]
+    for params, row in runs:
+        _use(pipe, **params)
+        trace = pipe.answer(row["question"])
+        assert trace.prediction.strip(), trace.to_json()
+        steps = [s for s in trace.steps if s.stage == "generate"]
+        checks = [s for s in steps if "score" in s.signals]
+        fired = [s for s in checks if s.decision == "retrieve"]
+        assert checks, trace.to_json()
+        c = trace.counters
+        # Cost accounting: each check drew N samples; each draft and each regeneration is one main call.
+        assert c.llm_calls["sampler"] == N * len(checks)
+        assert c.llm_calls["main"] == len(steps) + len(fired)
+        assert c.retrievals == len(fired) and c.retrieval_calls == len(fired)
+        for s in checks:
+            sig = s.signals
+            assert sig["estimator"] == params["estimator"] and sig["n"] == N == len(sig["samples"])
+            assert (s.decision == "retrieve") == (sig["score"] > params["threshold"])
+            assert sig["trigger"]["scores"] == [sig["score"]] and sig["trigger"]["rule"] == "above"
+            if s.decision == "retrieve":
+                assert s.queries == [s.draft]
+                assert s.retrieved and {r.title for r in s.retrieved} <= titles
+                assert s.kept and s.kept in s.regenerated
+            else:
+                assert s.kept == s.draft
+        if params["threshold"] < 0:
+            assert fired == checks
+            assert c.seconds.get("similarity", 0) > 0
+
+
+@pytest.mark.model
+def test_calibrate_on_a_question_writes_the_threshold(pipe, hotpot_rows: list[dict], tmp_path: Path):
+    from quco.eval.calibrate import calibrate, fire_rate, write_threshold
+
+    _use(pipe, estimator="eig_val_laplacian", similarity="jaccard", threshold=1.5)
+    result = calibrate(pipe, "hotpotqa", offset=0, limit=1, target="rate", rate=0.5)
+    assert result.questions == 1 and result.scores
+    assert all(1.0 - 1e-9 <= u <= N + 1e-9 for u in result.scores)  # EigV lies in [1, n]
+    assert result.predicted_rate == fire_rate(result.scores, result.threshold)
+    config = tmp_path / "eigv.yaml"
+    config.write_text("method: blackbox\nparams:\n  estimator: eig_val_laplacian\n  threshold: 1.5\n")
+    write_threshold(config, result.threshold, "calibrated: rate 0.5 on hotpotqa questions 0:1")
+    from quco.config import load_config
+
+    assert load_config(config).params["threshold"] == result.threshold
+
+
+def test_calibrate_command_rejects_bad_input_in_one_line(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from quco.eval.calibrate import calibrate_app
+
+    config = tmp_path / "c.yaml"
+    config.write_text("method: blackbox\n", encoding="utf-8")
+    runner = CliRunner()
+    result = runner.invoke(calibrate_app, ["--config", str(config), "--questions", "5:2", "--dry-run"])
+    assert result.exit_code == 2 and "--questions 5:2 selects no question" in result.output
+    result = runner.invoke(calibrate_app, ["--config", str(config), "--questions", "a:b"])
+    assert result.exit_code == 2 and "START:END" in result.output
+    result = runner.invoke(calibrate_app, ["--config", str(config), "--target", "f1"])
+    assert result.exit_code == 2 and "unknown calibration target 'f1'" in result.output
