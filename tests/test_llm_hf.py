@@ -256,3 +256,22 @@ def test_fast_tokenizer_matches_autotokenizer(gen: hf.HFGenerator, hotpot_dev: l
             ids, skip_special_tokens=True
         )
     assert (gen.tokenizer.bos_token_id, gen.tokenizer.eos_token_id) == (ref.bos_token_id, ref.eos_token_id)
+
+
+@pytest.mark.model
+def test_token_pieces_match_the_exact_decoding(gen: hf.HFGenerator, hotpot_dev: list[dict]) -> None:
+    """Pieces come from a sliding decode window; they must equal decoding every prefix, multi-byte text included."""
+    texts = [p["text"] for p in hotpot_dev[1]["context_paragraphs"]] + [
+        "Żuławski 東京 😀😀\n\n\tx  y",
+        "日本語 𓀀𓀁 end",
+    ]
+    for text in texts:
+        ids = gen.tokenizer(text)["input_ids"]
+        pieces, decoded = hf._pieces(gen.tokenizer, ids)
+        assert (pieces, decoded) == hf._pieces_exact(gen.tokenizer, ids)
+        assert "".join(pieces) == decoded == text
+    rare = gen.tokenizer("𓀀", add_special_tokens=False)[
+        "input_ids"
+    ]  # a hieroglyph: four byte-fallback tokens
+    assert len(rare) == 4
+    assert hf._pieces(gen.tokenizer, rare)[0] == ["", "", "", "𓀀"]  # the completing token carries it
