@@ -61,13 +61,14 @@ def _analysis_text(tokenizer, n_tokens: int) -> str:
 
 
 def phase_cached(threads: int | None, new_tokens: int) -> dict:
-    import torch
-
     from quco.llm import build_generator
 
     start = time.perf_counter()
-    gen = build_generator(_config(threads))
+    gen = build_generator(_config(threads))  # imports torch (after setting its OpenMP wait policy)
     out: dict = {"cached_load_s": time.perf_counter() - start, "load_source": gen.load_source}
+    import torch
+
+    out["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "")
     out["threads"] = torch.get_num_threads()
     gen.generate("Hello", max_new_tokens=2)  # warm-up
 
@@ -136,6 +137,7 @@ def main() -> None:
         ("peak RSS during conversion (MB)", "convert_peak_rss_mb"),
         ("cached load (s)", "cached_load_s"),
         ("torch threads", "threads"),
+        ("OMP_WAIT_POLICY", "omp_wait_policy"),
         ("greedy tok/s, text only", "greedy_plain_tok_s"),
         ("greedy tok/s, logprobs + entropy", "greedy_logprobs_entropy_tok_s"),
         ("sampling n=3 tok/s (all samples), logprobs + entropy", "sample_n3_tok_s"),
