@@ -12,6 +12,7 @@ run context, so its cost is in the trace (roles "sampler", "judge", "query_write
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -77,6 +78,9 @@ class BlackBoxParams(MethodParams):
     nli_entail_label: str | None = None  # label names, when the model's are not entailment/contradiction
     nli_contra_label: str | None = None
     record_samples: bool = True  # put the sampled sentences into the trace
+
+
+_WORD = re.compile(r"\w")
 
 
 def _seed(base: int, question: str, prefix: str) -> int:
@@ -197,7 +201,8 @@ class BlackBoxRAG(Method):
 
     def _queries(self, draft: Draft, question: str, ctx: RunContext) -> list[str]:
         p = self.params
-        if p.query == "question":
+        # A temporary sentence without a word (e.g. ".") finds nothing: the question searches instead.
+        if p.query == "question" or not _WORD.search(draft.text):
             return [question]
         if p.query == "llm":
             prompt = SUBQUERY_PROMPT.format(question=question, sentence=draft.text)
