@@ -158,7 +158,6 @@ class AnswerService:
         if settings.concurrency < 1 or settings.queue < 0 or settings.timeout_s <= 0:
             raise ConfigError("serve concurrency must be >= 1, queue >= 0 and timeout_s > 0")
         self.settings = settings
-        self._owns_pool = pool is None  # a shared pool's generators are closed by its owner
         self.pool = pool or PipelinePool(settings.config, settings.methods)
         self.traces = TraceStore(settings.trace_history)
         self._executor = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="quco-serve")
@@ -233,13 +232,5 @@ class AnswerService:
         return answered
 
     def close(self) -> None:
+        """Stop taking work. Generators stay open: pipelines share them process-wide (quco.pipeline)."""
         self._executor.shutdown(wait=False, cancel_futures=True)
-        if not self._owns_pool:
-            return
-        for pipeline in list(self.pool._pipelines.values()):
-            close = getattr(pipeline.parts.generator, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:  # noqa: BLE001 - shutting down; nothing useful to do with the error
-                    log.debug("closing the generator failed", exc_info=True)

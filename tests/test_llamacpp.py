@@ -1,0 +1,194 @@
+"""The in-process llama.cpp backend, and the same decisions through a llama.cpp server (OpenAI backend).
+
+Both run the default Gemma GGUF with the same llama.cpp build, so greedy runs must agree token for token:
+the methods' decisions (QuCo-RAG, FLARE, DTR-UGT) are compared step by step on real HotpotQA questions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from quco.config import GeneratorConfig, PipelineConfig, load_config
+from quco.errors import CapabilityError, ConfigError
+from quco.llm import Capability, build_generator
+from quco.llm.llamacpp import LlamaCppGenerator, LlamaServer, ServedModel, default_gguf_path
+from quco.llm.openai_compat import OpenAICompatGenerator, approx_entropy
+from quco.methods import method_class
+from quco.pipeline import Pipeline
+
+pytestmark = pytest.mark.model
+
+PROMPT = "The Eiffel Tower is located in"
+
+
+@pytest.fixture(scope="module")
+def local() -> Iterator[LlamaCppGenerator]:
+    gen = build_generator(GeneratorConfig(backend="llamacpp", max_context_tokens=2048))
+    assert isinstance(gen, LlamaCppGenerator)
+    yield gen
+    gen.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """One model with logprobs on (logits_all), so that the server never swaps models between requests."""
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    with LlamaServer(
+        [ServedModel("gemma3-270m", str(default_gguf_path()), n_ctx=2048, logits_all=True)], log_path=log
+    ) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def mirror(server: LlamaServer) -> Iterator[LlamaCppGenerator]:
+    """In-process twin of the server: llama-cpp-python's own prefix reuse, fed exactly the server's requests."""
+    gen = build_generator(GeneratorConfig(backend="llamacpp", max_context_tokens=2048))
+    gen.reproducible = False
+    yield gen
+    gen.close()
+
+
+@pytest.fixture(scope="module")
+def remote(server: LlamaServer) -> Iterator[OpenAICompatGenerator]:
+    with OpenAICompatGenerator(server.base_url, "gemma3-270m", max_context_tokens=2048) as gen:
+        yield gen
+
+
+def test_greedy_generation_with_logprobs_and_exact_entropy(local: LlamaCppGenerator) -> None:
+    g = local.generate(PROMPT, max_new_tokens=8, logprobs=True, entropy=True)[0]
+    assert g.text.startswith(" Paris, France")
+    assert "".join(g.tokens) == g.text and len(g.token_ids) == len(g.tokens) == 8
+    assert g.finish_reason == "length"
+    assert g.prompt_tokens == local.count_tokens(PROMPT) + 1
+    # stack.md §3b: step 0 top logprobs ' Paris' -0.738, ' the' -0.96, ' a' -3.875.
+    assert g.logprobs[0] == pytest.approx(-0.738, abs=0.02)
+    top = g.top_logprobs[0]
+    assert list(top)[:3] == [" Paris", " the", " a"]
+    assert top[" a"] == pytest.approx(-3.875, abs=0.05)
+    # The entropy is over the whole 262k vocabulary: never below the top-5 lower bound, and finite.
+    for ent, t in zip(g.entropies, g.top_logprobs, strict=True):
+        assert approx_entropy(t) - 1e-6 <= ent < math.log(262144)
+    plain = local.generate(PROMPT, max_new_tokens=8)[0]
+    assert plain.text == g.text and plain.logprobs is None and plain.entropies is None
+
+
+def test_stop_strings_sampling_and_capabilities(local: LlamaCppGenerator) -> None:
+    g = local.generate(PROMPT, max_new_tokens=16, stop=[","])[0]
+    assert g.text == " Paris" and g.finish_reason == "stop" and g.tokens == [" Paris"]
+    kw = {"max_new_tokens": 8, "temperature": 1.0, "n": 3, "seed": 11}
+    a, b = local.generate(PROMPT, **kw), local.generate(PROMPT, **kw)
+    assert [x.text for x in a] == [x.text for x in b] and len({x.text for x in a}) > 1
+    assert {Capability.LOGPROBS, Capability.ENTROPY, Capability.SAMPLING} <= local.capabilities
+    assert Capability.ATTENTION not in local.capabilities
+    with pytest.raises(CapabilityError, match="attention.*'hf'"):
+        local.analyze(PROMPT, attention_layer=0)
+    analysis = local.analyze(PROMPT)
+    assert "".join(analysis.tokens) == PROMPT and len(analysis.token_ids) == local.count_tokens(PROMPT) + 1
+    with pytest.raises(ConfigError, match="is not a GGUF file"):
+        build_generator(GeneratorConfig(backend="llamacpp", model="/nonexistent/model.bin"))
+
+
+def test_reproducible_mode_does_not_depend_on_earlier_prompts(local: LlamaCppGenerator) -> None:
+    """A repeated prompt re-evaluates only its last token under plain prefix reuse, and llama.cpp's batch
+    kernels then round differently: greedy text can change. Reproducible mode reuses whole batches only."""
+    first = local.generate(PROMPT, max_new_tokens=10)[0].text
+    local.generate("Question: Who wrote Hamlet?\nAnswer:", max_new_tokens=4)
+    again = [local.generate(PROMPT, max_new_tokens=10)[0].text for _ in range(2)]
+    assert again == [first, first]
+
+
+def test_server_logprobs_equal_in_process_logprobs(
+    mirror: LlamaCppGenerator, remote: OpenAICompatGenerator
+) -> None:
+    r = remote.generate(PROMPT, max_new_tokens=8, logprobs=True)[0]
+    g = mirror.generate(PROMPT, max_new_tokens=8, logprobs=True)[0]
+    assert r.text == g.text and r.tokens == g.tokens and r.token_ids == g.token_ids
+    assert r.logprobs == pytest.approx(g.logprobs, abs=1e-3)
+    assert list(r.top_logprobs[0]) == list(g.top_logprobs[0])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The same questions through both backends: every decision must match.
+
+
+@pytest.fixture(scope="module")
+def base_config(tmp_path_factory: pytest.TempPathFactory, small_hotpot_corpus: Path) -> PipelineConfig:
+    tmp = tmp_path_factory.mktemp("match-idx")
+    return load_config(
+        overrides={
+            "generator.max_context_tokens": 2048,
+            "retriever.corpus": str(small_hotpot_corpus),
+            "retriever.index_dir": str(tmp / "bm25"),
+            "corpus_stats.index_dir": str(tmp / "stats"),
+            "prompt.fewshot": 1,
+            "generation.max_new_tokens": 24,
+            "generation.max_steps": 3,
+        }
+    )
+
+
+METHODS = {
+    "quco": {},
+    "flare": {},
+    # DTR-UGT: the uncertainty gate with plain retrieval from the pipeline's BM25 (no dense index needed)
+    "dtr": {"retrieval": "standard", "standard_retriever": "pipeline"},
+}
+
+
+def _decisions(trace) -> list[tuple]:  # noqa: ANN001
+    return [(s.stage, s.decision, tuple(s.queries), s.draft, s.kept) for s in trace.steps]
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_decisions_match_between_in_process_and_server(
+    method: str,
+    base_config: PipelineConfig,
+    server: LlamaServer,
+    mirror: LlamaCppGenerator,
+    hotpot_dev: list[dict],
+) -> None:
+    """The same questions through the server (OpenAI backend) and in-process: same steps, same decisions."""
+    cfg = base_config.model_copy(update={"method": method, "params": METHODS[method]})
+    remote_cfg = cfg.model_copy(
+        update={
+            "generator": cfg.generator.model_copy(update={"backend": "openai", "base_url": server.base_url})
+        }
+    )
+    remote_pipe = Pipeline.from_config(remote_cfg, progress=False)
+    # The in-process pipeline: the same parts, the mirror generator, a method instance of its own.
+    method_obj = method_class(method)(cfg.params)
+    parts = replace(remote_pipe.parts, generator=mirror, config=cfg, extras=dict(remote_pipe.parts.extras))
+    method_obj.setup(parts)
+    local_pipe = Pipeline(cfg, method_obj, parts)
+    for row in hotpot_dev[:1]:
+        a = local_pipe.answer(row["question"])
+        b = remote_pipe.answer(row["question"])
+        assert _decisions(a) == _decisions(b), f"{method}: decisions differ on {row['question']!r}"
+        assert a.prediction == b.prediction and a.stop_reason == b.stop_reason
+        assert a.counters.llm_calls == b.counters.llm_calls
+        assert a.counters.generated_tokens == b.counters.generated_tokens
+        assert a.counters.prompt_tokens == b.counters.prompt_tokens
+        _assert_close(a.to_dict()["steps"], b.to_dict()["steps"])  # signal values (logprobs, counts) too
+        print(f"\n{method}: {[s.decision for s in a.steps]} -> {a.prediction!r} (both backends)")
+
+
+def _assert_close(a: object, b: object, path: str = "steps") -> None:
+    """Equal structures, floats within 1e-3 (timings excepted)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), path
+        for k in a:
+            if k != "seconds":
+                _assert_close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert a == pytest.approx(b, abs=1e-3), path
+    else:
+        assert a == b, path
