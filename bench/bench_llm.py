@@ -38,11 +38,15 @@ def _config(threads: int | None):
 def phase_convert(threads: int | None) -> dict:
     from quco.llm import build_generator
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     gen = build_generator(_config(threads))
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     assert gen.load_source == "converted", gen.load_source
-    return {"convert_load_s": seconds, "convert_peak_rss_mb": _peak_rss_mb()}
+    return {
+        "convert_load_s": seconds,
+        "convert_load_cpu_s": cpu_seconds,
+        "convert_peak_rss_mb": _peak_rss_mb(),
+    }
 
 
 def _analysis_text(tokenizer, n_tokens: int) -> str:
@@ -63,9 +67,10 @@ def _analysis_text(tokenizer, n_tokens: int) -> str:
 def phase_cached(threads: int | None, new_tokens: int) -> dict:
     from quco.llm import build_generator
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     gen = build_generator(_config(threads))  # imports torch (after setting its OpenMP wait policy)
     out: dict = {"cached_load_s": time.perf_counter() - start, "load_source": gen.load_source}
+    out["cached_load_cpu_s"] = time.process_time() - cpu
     import torch
 
     out["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "")
@@ -73,10 +78,12 @@ def phase_cached(threads: int | None, new_tokens: int) -> dict:
     gen.generate("Hello", max_new_tokens=2)  # warm-up
 
     for label, scores in (("plain", False), ("logprobs_entropy", True)):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         g = gen.generate(PROMPT, max_new_tokens=new_tokens, logprobs=scores, entropy=scores)[0]
-        seconds = time.perf_counter() - start
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
         out[f"greedy_{label}_tok_s"] = len(g.token_ids) / seconds
+        # CPU time per token barely depends on what else runs on the machine (wall time does)
+        out[f"greedy_{label}_cpu_ms_per_tok"] = 1000 * cpu_seconds / len(g.token_ids)
         out[f"greedy_{label}_tokens"] = len(g.token_ids)
 
     start = time.perf_counter()
@@ -91,9 +98,10 @@ def phase_cached(threads: int | None, new_tokens: int) -> dict:
         ("attention", {"attention_layer": -1}),
         ("all", {"attention_layer": -1, "hidden_layers": (-1,), "scores": True}),
     ):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         a = gen.analyze(text, **kwargs)
         out[f"analyze_500_{label}_s"] = time.perf_counter() - start
+        out[f"analyze_500_{label}_cpu_s"] = time.process_time() - cpu
         out["analyze_tokens"] = len(a.token_ids)
     out["cached_peak_rss_mb"] = _peak_rss_mb()
     return out
@@ -134,15 +142,21 @@ def main() -> None:
     print(f"load average at end:   {os.getloadavg()[0]:.2f}")
     rows = [
         ("first load, GGUF conversion (s)", "convert_load_s"),
+        ("  CPU seconds", "convert_load_cpu_s"),
         ("peak RSS during conversion (MB)", "convert_peak_rss_mb"),
         ("cached load (s)", "cached_load_s"),
+        ("  CPU seconds", "cached_load_cpu_s"),
         ("torch threads", "threads"),
         ("OMP_WAIT_POLICY", "omp_wait_policy"),
         ("greedy tok/s, text only", "greedy_plain_tok_s"),
+        ("  CPU ms per token", "greedy_plain_cpu_ms_per_tok"),
         ("greedy tok/s, logprobs + entropy", "greedy_logprobs_entropy_tok_s"),
+        ("  CPU ms per token", "greedy_logprobs_entropy_cpu_ms_per_tok"),
         ("sampling n=3 tok/s (all samples), logprobs + entropy", "sample_n3_tok_s"),
         ("analyze() 500 tokens, attention only (s)", "analyze_500_attention_s"),
+        ("  CPU seconds", "analyze_500_attention_cpu_s"),
         ("analyze() 500 tokens, attention + hidden + scores (s)", "analyze_500_all_s"),
+        ("  CPU seconds", "analyze_500_all_cpu_s"),
         ("peak RSS, cached load + generation + analyze (MB)", "cached_peak_rss_mb"),
     ]
     for label, key in rows:
