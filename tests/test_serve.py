@@ -397,3 +397,14 @@ def test_trace_viewer_in_headless_chromium(api: Running, quco_answer: dict, tmp_
     page.write_text(viewer_html(trace), encoding="utf-8")
     dom2 = chromium(page.as_uri(), tmp_path / "profile3", "--dump-dom")
     assert 'data-rendered="yes"' in dom2 and dom2.count('class="card step"') == len(steps)
+
+
+def test_cli_refuses_a_public_interface_without_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from quco.serve.cli import serve_app
+
+    monkeypatch.delenv("QUCO_API_KEY", raising=False)
+    result = CliRunner().invoke(serve_app, ["api", "--host", "0.0.0.0", "--method", "wo-rag"])
+    assert result.exit_code == 2
+    assert "refusing to listen on 0.0.0.0 without a key; export QUCO_API_KEY" in result.output

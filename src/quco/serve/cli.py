@@ -14,6 +14,11 @@ from quco.errors import ConfigError, QucoError
 
 serve_app = typer.Typer(help="Run quco as an HTTP service.", no_args_is_help=True)
 
+
+@serve_app.callback()
+def _group() -> None:
+    """Run quco as an HTTP service (a group even with one command, so that `quco serve api` stays stable)."""
+
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
