@@ -169,8 +169,8 @@ def test_seeded_samples_are_reproducible_and_diverse(gen: hf.HFGenerator) -> Non
     prompts = [EIFFEL, "The capital of Japan is", "My favourite food is"]
     kw = dict(max_new_tokens=8, temperature=1.0, n=3, seed=1234, logprobs=True, entropy=True)
     first = [gen.generate(p, **kw) for p in prompts]
-    second = [gen.generate(p, **kw) for p in prompts]
-    assert [[g.token_ids for g in outs] for outs in first] == [[g.token_ids for g in outs] for outs in second]
+    second = gen.generate(prompts[1], **kw)  # same seed, same samples
+    assert [g.token_ids for g in second] == [g.token_ids for g in first[1]]
     assert any(len({g.text for g in outs}) > 1 for outs in first)
     for outs in first:
         assert len(outs) == 3
