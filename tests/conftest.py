@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
+# OpenMP's busy-waiting makes torch 10x slower when the cores are shared; set before torch is imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import gzip
 import json
 from pathlib import Path

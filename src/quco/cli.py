@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -288,6 +289,8 @@ _mount_optional()
 
 
 def main() -> None:
+    # OpenMP's busy-waiting makes torch generation 10x slower on shared cores; set before torch loads.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     app()
 
 
