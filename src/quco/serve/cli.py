@@ -19,6 +19,7 @@ serve_app = typer.Typer(help="Run quco as an HTTP service.", no_args_is_help=Tru
 def _group() -> None:
     """Run quco as an HTTP service (a group even with one command, so that `quco serve api` stays stable)."""
 
+
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
