@@ -1,12 +1,15 @@
 """Dense index build time and query latency; Recall@3 of DTR's retrieval paths; UGT retrieval rates.
 
-Usage: python bench/bench_dense.py [--questions 300] [--pseudo-tokens 128] [--work DIR] [--no-llm]
+Usage: python bench/bench_dense.py [--questions 300] [--llm-questions 100] [--pseudo-tokens 128] [--work DIR]
+       [--threads N] [--rebuild] [--no-llm]
 
 On the HotpotQA paragraph pool (4,937 paragraphs) and dev questions 0..N-1 from ``quco.paths.data_dir()``:
 - build time of the dense index (bundled all-MiniLM-L6-v2), load time, query latency;
 - Recall@3 of the gold supporting paragraphs (matched by title) for BM25 on the question, dense on the
   question, dense on the pseudo-passage, and DPR-AIS (5 + 5 candidates, keep 3) with each AIS score;
 - the share of questions UGT sends to retrieval at several thresholds.
+The LLM-dependent rows (pseudo-passage, DPR-AIS, UGT) use the first ``--llm-questions`` questions, and the
+question-only rows are repeated on that subset so that all rows of one table compare like with like.
 
 The LLM outputs (direct answers with logprobs, pseudo-passages; default model gemma3-270m) are cached in
 the work directory (default ``<cache>/bench/dtr``) one question at a time, so an interrupted run resumes.
@@ -61,7 +64,9 @@ def recall(rows: list[dict[str, Any]], titles: list[list[str]]) -> dict[str, flo
 # -- LLM outputs, cached per question ----------------------------------------------------------------------
 
 
-def llm_outputs(rows: list[dict[str, Any]], work: Path, pseudo_tokens: int, direct_tokens: int) -> list[dict]:
+def llm_outputs(
+    rows: list[dict[str, Any]], work: Path, pseudo_tokens: int, direct_tokens: int, threads: int | None
+) -> list[dict]:
     from quco.config import GeneratorConfig
     from quco.llm import build_generator
     from quco.methods.dtr import DIRECT_PROMPT, PSEUDO_PROMPT, first_paragraph, short_answer
@@ -75,7 +80,7 @@ def llm_outputs(rows: list[dict[str, Any]], work: Path, pseudo_tokens: int, dire
                 done[rec["id"]] = rec
     todo = [r for r in rows if r["_id"] not in done]
     if todo:
-        generator = build_generator(GeneratorConfig())
+        generator = build_generator(GeneratorConfig(threads=threads))
         t_start = time.perf_counter()
         with path.open("a", encoding="utf-8") as fh:
             for i, row in enumerate(todo, start=1):
@@ -120,6 +125,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="default: <cache>/bench/dtr")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the dense index even if present")
     parser.add_argument("--no-llm", action="store_true", help="skip the pseudo-passage and UGT parts")
+    parser.add_argument("--llm-questions", type=int, default=100, help="questions for the LLM-dependent rows")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for the LLM")
     args = parser.parse_args()
     work = args.work or cache_dir() / "bench" / "dtr"
     work.mkdir(parents=True, exist_ok=True)
@@ -176,46 +183,57 @@ def main() -> None:
     missing = sum(len(r["gold"] - titles_in_pool) for r in rows)
     print(f"gold paragraphs not in the pool: {missing} of {sum(len(r['gold']) for r in rows)}")
     bm25, _ = ensure_index(pool, work / "bm25-hotpot-pool", progress=False)
-    results: dict[str, dict[str, float]] = {}
-    results["BM25, question"] = recall(rows, [[p.title for p in h] for h in bm25.search(questions, 3)])
+    bm25_titles = [[p.title for p in h] for h in bm25.search(questions, 3)]
     _, q_rows = dense.search_vectors(qv, 3)
-    results["dense, question"] = recall(rows, [[dense.passage(int(i)).title for i in r] for r in q_rows])
+    dense_titles = [[dense.passage(int(i)).title for i in r] for r in q_rows]
+    tables: dict[str, dict[str, dict[str, float]]] = {}
+    tables[f"HotpotQA dev 0-{len(rows) - 1}"] = {
+        "BM25, question": recall(rows, bm25_titles),
+        "dense, question": recall(rows, dense_titles),
+    }
 
     outputs: list[dict] = []
     if not args.no_llm:
-        print(f"LLM outputs (gemma3-270m; cached in {work}):")
-        outputs = llm_outputs(rows, work, args.pseudo_tokens, args.direct_tokens)
+        n = min(args.llm_questions, len(rows))
+        sub = rows[:n]
+        print(f"LLM outputs for {n} questions (gemma3-270m; cached in {work}):")
+        outputs = llm_outputs(sub, work, args.pseudo_tokens, args.direct_tokens, args.threads)
         pseudos = [o["pseudo"] for o in outputs]
         empty = sum(not p for p in pseudos)
-        pv = embedder.encode([p or q for p, q in zip(pseudos, questions, strict=True)])
+        sub_q = qv[:n]
+        pv = embedder.encode([p or r["question"] for p, r in zip(pseudos, sub, strict=True)])
         _, p_rows = dense.search_vectors(pv, 3)
-        results["dense, pseudo-passage"] = recall(
-            rows, [[dense.passage(int(i)).title for i in r] for r in p_rows]
-        )
-        _, q5 = dense.search_vectors(qv, 5)
+        results = {
+            "BM25, question": recall(sub, bm25_titles[:n]),
+            "dense, question": recall(sub, dense_titles[:n]),
+            "dense, pseudo-passage": recall(sub, [[dense.passage(int(i)).title for i in r] for r in p_rows]),
+        }
+        _, q5 = dense.search_vectors(sub_q, 5)
         _, p5 = dense.search_vectors(pv, 5)
         pools = [list(dict.fromkeys([*map(int, a), *map(int, b)])) for a, b in zip(q5, p5, strict=True)]
         results["DPR candidates (5+5, upper bound)"] = recall(
-            rows, [[dense.passage(i).title for i in c] for c in pools]
+            sub, [[dense.passage(i).title for i in c] for c in pools]
         )
         for kind in AIS_SCORES:
             picked = []
-            for cand, a, b in zip(pools, qv, pv, strict=True):
+            for cand, a, b in zip(pools, sub_q, pv, strict=True):
                 emb = np.asarray(dense.embeddings[np.asarray(cand)])
                 s1, s2 = (emb @ a).tolist(), (emb @ b).tolist()
                 order, _ = ais_select(s1, s2, 3, kind, float(a @ b))
                 picked.append([dense.passage(cand[i]).title for i in order])
-            results[f"DPR-AIS, {kind}"] = recall(rows, picked)
+            results[f"DPR-AIS, {kind}"] = recall(sub, picked)
+        tables[f"HotpotQA dev 0-{n - 1}, with gemma3-270m pseudo-passages"] = results
         print(
             f"pseudo-passages: {len(pseudos) - empty} non-empty, {empty} empty (question used instead); "
             f"mean {statistics.mean(o['pseudo_tokens'] for o in outputs):.0f} tokens; "
             f"generation {statistics.mean(o['pseudo_s'] for o in outputs):.1f} s/passage"
         )
 
-    print(f"\nRecall@3 of the gold supporting paragraphs, HotpotQA dev 0-{len(rows) - 1} (%):")
-    print(f"  {'retrieval':36s} {'recall':>7s} {'all gold':>9s} {'any gold':>9s}")
-    for name, r in results.items():
-        print(f"  {name:36s} {r['recall']:7.1f} {r['all']:9.1f} {r['any']:9.1f}")
+    for title, results in tables.items():
+        print(f"\nRecall@3 of the gold supporting paragraphs (%), {title}:")
+        print(f"  {'retrieval':36s} {'recall':>7s} {'all gold':>9s} {'any gold':>9s}")
+        for name, r in results.items():
+            print(f"  {name:36s} {r['recall']:7.1f} {r['all']:9.1f} {r['any']:9.1f}")
 
     if outputs:
         us = [mean_nll(o["logprobs"]) for o in outputs]
@@ -228,7 +246,7 @@ def main() -> None:
         for t in THRESHOLDS:
             share = 100 * sum(u >= t for u in us) / len(us)
             print(f"  threshold {t:<6g} -> {share:5.1f}% of questions retrieve")
-    (work / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    (work / "results.json").write_text(json.dumps(tables, indent=1), encoding="utf-8")
 
 
 if __name__ == "__main__":
