@@ -30,6 +30,7 @@ from quco.blackbox import (
     num_sem_sets,
     rouge_l,
     rouge_tokens,
+    yes_no_from_logprobs,
     yes_no_probability,
 )
 from quco.blackbox.similarity import load_sentence_model, nli_label_ids
@@ -346,22 +347,32 @@ def test_yes_no_probability_of_a_judge_answer():
     assert yes_no_probability(top) == pytest.approx((0.75, 0.25))
 
 
+def test_yes_no_from_logprobs_renormalises_over_the_two_words():
+    assert yes_no_from_logprobs(math.log(0.3), math.log(0.1)) == pytest.approx((0.75, 0.25))
+    assert yes_no_from_logprobs(-2.0, -2.0) == pytest.approx((0.5, 0.5))
+    assert yes_no_from_logprobs(-1e6, 0.0) == pytest.approx((0.0, 1.0))
+
+
 def test_judge_asks_each_ordered_pair_of_distinct_samples_once():
     asked: list[str] = []
 
-    def ask(prompt: str) -> Generation:
-        # A deterministic judge: "yes" when both statements mention the same year.
+    def judge(prompt: str) -> tuple[float, float] | None:
+        # A deterministic judge: "yes" when both statements mention the same year, no answer for "made".
         asked.append(prompt)
-        lines = prompt.splitlines()
-        same = lines[0][-5:-1] == lines[1][-5:-1]
-        return Generation(text=" Yes" if same else " No", tokens=[" Yes" if same else " No"], logprobs=[0.0])
+        a, b = (line for line in prompt.splitlines()[-3:-1])
+        if "made" in a:
+            return None
+        return (0.9, 0.1) if a[-5:-1] == b[-5:-1] else (0.2, 0.8)
 
     samples = ["born in 1966.", "born in 1966.", "made in 1994.", "born in 1965."]
-    scores = JudgeSimilarity(ask).scores(samples)
+    scores = JudgeSimilarity(judge).scores(samples)
     assert scores.model_calls == len(asked) == 3 * 2  # 3 distinct samples, both directions, no self-pairs
-    assert scores.unique == 3
+    assert scores.unique == 3 and scores.unparsed == 2  # "made ..." as premise: neither yes nor no
+    assert all(p.endswith("\nAnswer:") and "A: born in 1966.\nB: made in 1994." in p for p in asked[:1])
     assert np.diag(scores.entail).tolist() == [1.0] * 4
-    assert scores.entail[0, 1] == 1.0 and scores.entail[0, 2] == 0.0 and scores.contra[0, 2] == 1.0
+    assert scores.entail[0, 1] == 1.0  # duplicates
+    assert scores.entail[0, 2] == 0.2 and scores.contra[0, 2] == 0.8
+    assert scores.entail[2, 0] == 0.0 and scores.contra[2, 0] == 0.0  # unparsed: neutral
     assert estimate("num_sem_sets", samples, scores.entail, scores.contra) == 3.0
 
 
@@ -483,12 +494,13 @@ def pipe(slice_titles: tuple[Path, set[str]], tmp_path_factory: pytest.TempPathF
         method="blackbox",
         overrides={
             "params.n_samples": N,
-            "params.sentence_tokens": 16,
+            "params.sentence_tokens": 12,
             "retriever.corpus": str(corpus),
             "retriever.index_dir": str(tmp_path_factory.mktemp("bb-index") / "bm25"),
-            "prompt.fewshot": 2,
-            "generation.max_new_tokens": 32,
-            "generation.max_steps": 3,
+            "retriever.top_k": 2,
+            "prompt.fewshot": 1,
+            "generation.max_new_tokens": 24,
+            "generation.max_steps": 2,
         },
     )
     return Pipeline.from_config(cfg, progress=False)
@@ -497,39 +509,49 @@ def pipe(slice_titles: tuple[Path, set[str]], tmp_path_factory: pytest.TempPathF
 def _use(pipe, **params):  # noqa: ANN001, ANN202
     from quco.methods.blackbox import BlackBoxRAG
 
-    base = {"n_samples": N, "sentence_tokens": 16}
+    base = {"n_samples": N, "sentence_tokens": 12}
     pipe.method = BlackBoxRAG(base | params)
     pipe.method.setup(pipe.parts)
     return pipe.method
 
 
 @pytest.mark.model
-def test_check_counts_every_sample_and_judge_call(pipe, hotpot_rows: list[dict]):
+def test_check_counts_every_sample_and_judge_call(pipe, hotpot_rows: list[dict], real_sentences: dict):
     from quco.engine.context import RunContext
     from quco.engine.method import Draft
     from quco.prompts import build_prompt
     from quco.trace import Trace
 
-    method = _use(pipe, estimator="num_sem_sets", similarity="judge", threshold=1.0)
+    method = _use(pipe, estimator="num_sem_sets", similarity="jaccard", threshold=1.0)
     question = hotpot_rows[0]["question"]
     ctx = RunContext(parts=pipe.parts, trace=Trace(question=question, method=method.name))
     prompt = build_prompt(question, pipe.parts.exemplars, pipe.parts.template)
-    gen = ctx.generate(prompt, max_new_tokens=16)[0]
+    gen = ctx.generate(prompt, max_new_tokens=12)[0]
     draft = Draft(gen.text.strip(), pipe.parts.text.splitter.split(gen.text), gen, prefix="", prompt=prompt)
 
     check = method.check(draft, question, ctx)
     sig = check.signals
     m = sig["unique"]
-    calls = ctx.trace.counters.llm_calls
+    counters = ctx.trace.counters
     assert sig["n"] == len(sig["samples"]) == N and 1 <= m <= N
-    expected = {"main": 1, "sampler": N} | ({"judge": m * (m - 1)} if m > 1 else {})
-    assert calls == expected
-    assert sig.get("judge_calls", 0) == m * (m - 1)
-    assert ctx.trace.counters.generated_tokens["sampler"] >= N  # every sample's tokens are counted
+    assert counters.llm_calls == {"main": 1, "sampler": N}
+    assert counters.generated_tokens["sampler"] >= N  # every sample's tokens are counted
     assert 1 <= sig["score"] <= m and check.fire == (sig["score"] > 1.0)
     # Same seed, same question, same prefix: the same samples again (a rerun is reproducible).
     assert method.sample(draft, question, ctx) == sig["samples"]
-    assert ctx.trace.counters.llm_calls["sampler"] == 2 * N
+    assert counters.llm_calls["sampler"] == 2 * N
+
+    # The judge on real sentences, both scoring modes: every judgement is counted as it is made.
+    a, b = real_sentences["Scott Derrickson"], real_sentences["Tyler Bates"]
+    method = _use(pipe, estimator="num_sem_sets", similarity="judge")
+    u, info = method.score([a, b, a], ctx)
+    # Forced scoring: one scoring pass for " yes" and one for " no" per ordered pair of distinct samples.
+    assert info == {"unique": 2, "judge_pairs": 2} and counters.llm_calls["judge"] == 4
+    assert u in (1.0, 2.0)  # NumSemSets of two distinct sentences
+    by_token = _use(pipe, similarity="judge", judge_scoring="generate")._judge(ctx).scores([a, b])
+    assert by_token.model_calls == 2 and counters.llm_calls["judge"] == 4 + 2
+    assert ((by_token.entail >= 0) & (by_token.entail <= 1)).all()
+    assert counters.llm_calls == {"main": 1, "sampler": 2 * N, "judge": 6}
 
 
 @pytest.mark.model

@@ -28,6 +28,7 @@ from quco.blackbox.similarity import (
     SampleSimilarity,
     dedupe,
     jaccard_matrix,
+    yes_no_from_logprobs,
     yes_no_probability,
 )
 
@@ -54,5 +55,6 @@ __all__ = [
     "num_sem_sets",
     "rouge_l",
     "rouge_tokens",
+    "yes_no_from_logprobs",
     "yes_no_probability",
 ]

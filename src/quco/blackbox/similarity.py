@@ -26,13 +26,16 @@ SimilarityName = Literal["jaccard", "embedding", "nli", "judge"]
 SIMILARITIES: tuple[str, ...] = ("jaccard", "embedding", "nli", "judge")
 DEFAULT_NLI_MODEL = "microsoft/deberta-large-mnli"
 
-# The judge reads one yes/no token; the question is asked in both directions (A -> B and B -> A).
+# The judge is asked whether B follows from A, in both directions; two worked examples make even a small base
+# model answer with the word "yes" or "no" (written for this project).
 JUDGE_PROMPT = (
-    "Statement A: {premise}\n"
-    "Statement B: {hypothesis}\n"
-    "Question: If statement A is true, must statement B also be true? Answer yes or no.\n"
-    "Answer:"
+    "Does statement B follow from statement A? Answer yes or no.\n\n"
+    "A: The Eiffel Tower is in Paris.\nB: The Eiffel Tower is in France.\nAnswer: yes\n\n"
+    "A: The film was released in 1994.\nB: The film was released in 2001.\nAnswer: no\n\n"
+    "A: {premise}\nB: {hypothesis}\nAnswer:"
 )
+# prompt -> (P(yes), P(no)) renormalised over the two words, or None when the answer is neither.
+JudgeFn = Callable[[str], tuple[float, float] | None]
 
 
 @dataclass
@@ -256,12 +259,18 @@ def _word(token: str) -> str:
     return token.strip().strip(string.punctuation).lower()
 
 
-def yes_no_probability(gen: Generation) -> tuple[float, float] | None:
-    """(P(yes), P(no)) of a one-token judge answer; None when the answer is neither.
+def yes_no_from_logprobs(logprob_yes: float, logprob_no: float) -> tuple[float, float]:
+    """(P(yes), P(no)) renormalised over the two answers, from their log-probabilities."""
+    p_yes = 1.0 / (1.0 + math.exp(min(700.0, logprob_no - logprob_yes)))
+    return p_yes, 1.0 - p_yes
 
-    With top alternatives (OpenAI-compatible servers) both words are read and renormalised; with only the
-    chosen token's log-probability the other word gets the rest of the mass; without log-probabilities the
-    answer counts as certain.
+
+def yes_no_probability(gen: Generation) -> tuple[float, float] | None:
+    """(P(yes), P(no)) of a one-token generated answer; None when the answer is neither word.
+
+    With top alternatives (OpenAI-compatible servers) both words are read and renormalised. With only the
+    chosen token's probability p the other word is given 1 - p, an upper bound that is exact only when the
+    model puts all its mass on the two words; without log-probabilities the answer counts as certain.
     """
     if gen.top_logprobs:
         yes = no = 0.0
@@ -282,17 +291,17 @@ def yes_no_probability(gen: Generation) -> tuple[float, float] | None:
 
 
 class JudgeSimilarity:
-    """The LLM answers "if A is true, must B be true?" for each ordered pair of distinct samples.
+    """The LLM judges, for each ordered pair of distinct samples, whether B follows from A.
 
-    ``ask`` sends a prompt to the LLM and returns its one-token answer; the method passes a counted call
-    (role "judge"). A sample trivially entails itself, so the diagonal is not asked. An answer that is neither
-    yes nor no counts as neutral (entailment 0, contradiction 0).
+    ``judge`` maps a prompt to (P(yes), P(no)); the method passes one that makes counted LLM calls (role
+    "judge"). A sample trivially entails itself, so the diagonal is not asked. An answer that is neither yes
+    nor no counts as neutral (entailment 0, contradiction 0). P(no) stands in for contradiction.
     """
 
     name = "judge"
 
-    def __init__(self, ask: Callable[[str], Generation], prompt: str = JUDGE_PROMPT) -> None:
-        self.ask = ask
+    def __init__(self, judge: JudgeFn, prompt: str = JUDGE_PROMPT) -> None:
+        self.judge = judge
         self.prompt = prompt
 
     def scores(self, samples: Sequence[str]) -> PairScores:
@@ -304,12 +313,10 @@ class JudgeSimilarity:
             for j in range(m):
                 if i == j:
                     continue
-                gen = self.ask(self.prompt.format(premise=unique[i], hypothesis=unique[j]))
+                p = self.judge(self.prompt.format(premise=unique[i], hypothesis=unique[j]))
                 calls += 1
-                p = yes_no_probability(gen)
                 if p is None:
                     unparsed += 1
-                    e[i, j] = c[i, j] = 0.0
                 else:
                     e[i, j], c[i, j] = p
         return PairScores(

@@ -26,10 +26,13 @@ from quco.blackbox.similarity import (
     NLISimilarity,
     SampleSimilarity,
     SimilarityName,
+    yes_no_from_logprobs,
+    yes_no_probability,
 )
 from quco.engine.context import RunContext
 from quco.engine.method import Check, Draft, Method, MethodParams
-from quco.llm.base import Capability, Generation
+from quco.errors import CapabilityError, ConfigError
+from quco.llm.base import Capability
 from quco.prompts import build_prompt
 from quco.triggers.decide import score as recorded_score
 from quco.triggers.decide import trigger_record
@@ -77,6 +80,9 @@ class BlackBoxParams(MethodParams):
     nli_device: str = "cpu"
     nli_entail_label: str | None = None  # label names, when the model's are not entailment/contradiction
     nli_contra_label: str | None = None
+    # Judge: "forced" reads log P(" yes") and log P(" no") after the prompt (two counted scoring passes per
+    # judgement, exact); "generate" reads one generated token (one call; exact only with top alternatives).
+    judge_scoring: Literal["forced", "generate"] = "forced"
     record_samples: bool = True  # put the sampled sentences into the trace
 
 
@@ -141,12 +147,31 @@ class BlackBoxRAG(Method):
             sim.load()
 
     def _judge(self, ctx: RunContext) -> JudgeSimilarity:
-        logprobs = Capability.LOGPROBS in ctx.parts.generator.capabilities
+        if self.params.judge_scoring == "generate":
+            logprobs = Capability.LOGPROBS in ctx.parts.generator.capabilities
 
-        def ask(prompt: str) -> Generation:
-            return ctx.generate(prompt, role=JUDGE_ROLE, max_new_tokens=1, stop=(), logprobs=logprobs)[0]
+            def by_generation(prompt: str) -> tuple[float, float] | None:
+                gen = ctx.generate(prompt, role=JUDGE_ROLE, max_new_tokens=1, stop=(), logprobs=logprobs)[0]
+                return yes_no_probability(gen)
 
-        return JudgeSimilarity(ask)
+            return JudgeSimilarity(by_generation)
+
+        def continuation_logprob(prompt: str, word: str) -> float:
+            k = max(1, ctx.count_tokens(prompt + word) - ctx.count_tokens(prompt))
+            try:
+                analysis = ctx.analyze(prompt + word, role=JUDGE_ROLE, scores=True)
+            except CapabilityError as exc:
+                raise ConfigError(
+                    f"the judge's forced scoring needs token scores ({exc}); set params.judge_scoring=generate"
+                ) from exc
+            return float(sum((analysis.logprobs or [])[-k:]))
+
+        def forced(prompt: str) -> tuple[float, float]:
+            return yes_no_from_logprobs(
+                continuation_logprob(prompt, " yes"), continuation_logprob(prompt, " no")
+            )
+
+        return JudgeSimilarity(forced)
 
     # -- the check -------------------------------------------------------------------------------------------
     def sample(self, draft: Draft, question: str, ctx: RunContext) -> list[str]:
@@ -185,7 +210,7 @@ class BlackBoxRAG(Method):
                 pairs = self._model_similarity().scores(samples)
         info["unique"] = pairs.unique
         if p.similarity in ("nli", "judge"):
-            info[f"{p.similarity}_calls"] = pairs.model_calls
+            info[f"{p.similarity}_pairs"] = pairs.model_calls  # ordered pairs scored
         if pairs.unparsed:
             info["judge_unparsed"] = pairs.unparsed
         u = estimate(
