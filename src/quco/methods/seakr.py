@@ -1,0 +1,293 @@
+"""SeaKR: self-aware retrieval from the consistency of the model's hidden states (Yao et al. 2024).
+
+Reimplemented from the paper's description (its code is GPL-3.0; none of it is used here):
+- each reasoning step (one sentence, with the passages chosen so far) is sampled ``samples`` times
+  (temperature 1.0, top-k 50, top-p 0.9); the EigenScore of the samples' last-token hidden states at a
+  middle layer measures the model's uncertainty (``quco.triggers.eigen``);
+- above the threshold, the step is not trusted: the query is the step's "sure" words (1 - p <= 0.1, or words
+  of the question or of the previous step) filtered to content parts of speech; the top passages are read one at
+  a time (each added to the passages chosen so far), the step is re-written with each, and the passage whose
+  re-written step has the lowest EigenScore is kept, together with that step (self-aware re-ranking);
+- a step that states the answer ends the reasoning; so do ``max_docs`` chosen passages, a repeated query and
+  a search that finds no new passage.
+Not implemented: the final "self-aware reasoning" stage that re-answers from all steps and from all passages
+and keeps the answer with the lower EigenScore (our loop has no post-generation stage).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import Field
+
+from quco.answer import has_answer
+from quco.engine.context import RunContext
+from quco.engine.method import Check, Draft, Method, MethodParams
+from quco.errors import ConfigError
+from quco.llm.base import Capability, Generation
+from quco.prompts import build_prompt
+from quco.retrieval.base import Passage
+from quco.text.nlp import load_spacy
+from quco.triggers.decide import score, trigger_record
+from quco.triggers.eigen import eigen_score
+from quco.triggers.probability import token_uncertainty
+from quco.triggers.spans import assign, group_by, token_positions
+from quco.triggers.words import filter_pos
+
+log = logging.getLogger(__name__)
+
+
+class SeaKRParams(MethodParams):
+    # A step whose EigenScore exceeds this is not trusted. Published: -6.0 for Llama-2-7B (4096-dim states
+    # at layer 15); the scale depends on the model's hidden size, so re-tune it for another model.
+    threshold: float = -6.0
+    samples: int = Field(20, ge=2)  # sampled continuations per uncertainty estimate
+    temperature: float = Field(1.0, gt=0)
+    sample_top_k: int = Field(50, ge=0)
+    sample_top_p: float = Field(0.9, gt=0, le=1)
+    # Hidden layer of the states; None: the middle layer (published: 15 of Llama-2-7B's 32).
+    hidden_layer: int | None = None
+    alpha: float = Field(1e-3, gt=0)  # regulariser in log det(Z J Z^T + alpha I)
+    prob_threshold: float = Field(0.1, ge=0, le=1)  # "sure" words: 1 - p <= this
+    max_docs: int = Field(5, ge=1)  # stop once this many passages have been chosen
+    rerank: bool = True  # read each retrieved passage separately and keep the least uncertain one
+    # Context the hidden states are computed in: the full prompt (faithful) or just question + text so far
+    # (much cheaper on CPU: one forward pass per sample either way, but over far fewer tokens).
+    hidden_context: Literal["prompt", "question"] = "prompt"
+    seed: int = 42
+
+
+def _num_layers(generator: Any) -> int | None:
+    n = getattr(generator, "num_layers", None)
+    if isinstance(n, int):
+        return n
+    try:
+        return int(generator.model.config.get_text_config().num_hidden_layers)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+class SeaKR(Method):
+    name: ClassVar[str] = "seakr"
+    description: ClassVar[str] = (
+        "SeaKR: EigenScore of sampled hidden states; sure-word query; uncertainty re-ranking."
+    )
+    Params: ClassVar[type[MethodParams]] = SeaKRParams
+    needs: ClassVar[frozenset[Capability]] = frozenset(
+        {Capability.TEXT, Capability.LOGPROBS, Capability.SAMPLING, Capability.HIDDEN_STATES}
+    )
+    unit = "sentence"
+    keep_rule = "draft"  # the re-ranking already wrote the step with the chosen passage
+    draft_logprobs = True
+
+    params: SeaKRParams
+    layer: int = 0
+
+    def setup(self, parts: Any) -> None:
+        if self.params.hidden_layer is not None:
+            self.layer = self.params.hidden_layer
+            return
+        n = _num_layers(parts.generator)
+        if n is None:
+            raise ConfigError(
+                f"seakr: cannot tell how many layers generator '{parts.generator.name}' has; "
+                "set params.hidden_layer explicitly"
+            )
+        self.layer = n // 2
+
+    # -- uncertainty -----------------------------------------------------------------------------------
+    def _seed(self, question: str, ctx: RunContext, tag: str) -> int:
+        key = f"{self.params.seed}\x1f{question}\x1f{len(ctx.trace.steps)}\x1f{tag}"
+        return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
+
+    def _stops(self, ctx: RunContext) -> list[str]:
+        """Samples end with their step, as published: at a newline or at ". "."""
+        return list(ctx.parts.config.generation.stop) + ["\n", ". "]
+
+    def _step_of(self, gen: Generation, ctx: RunContext) -> str:
+        """The raw text of a generation up to the end of its first sentence (a step is one sentence).
+
+        A sample cut by the stop string ". " lost its period; it is put back, so that the last token whose
+        state is read is the end of the step, as when the stop token itself is fed to the model.
+        """
+        raw = gen.text
+        sentences = ctx.parts.text.splitter.split(raw)
+        if not sentences:
+            return ""
+        first = sentences[0]
+        at = raw.find(first)
+        step = raw[: at + len(first)] if at >= 0 else first
+        if gen.finish_reason == "stop" and step == raw and not step.rstrip().endswith((".", "!", "?")):
+            step = step.rstrip() + "."
+        return step
+
+    def _uncertainty(
+        self, prompt: str, question: str, prefix: str, ctx: RunContext, tag: str
+    ) -> tuple[float, list[str]]:
+        """EigenScore of ``samples`` sampled steps continuing ``prompt``, and the sampled steps."""
+        p = self.params
+        outs = ctx.generate(
+            prompt,
+            role="sampler",
+            max_new_tokens=self.unit_tokens(ctx),
+            stop=self._stops(ctx),
+            n=p.samples,
+            temperature=p.temperature,
+            top_k=p.sample_top_k,
+            top_p=p.sample_top_p,
+            seed=self._seed(question, ctx, tag),
+        )
+        steps = [self._step_of(o, ctx) for o in outs]
+        steps = [s for s in steps if s.strip()]  # empty samples carry no state (as published)
+        if not steps:
+            return 0.0, []
+        if p.hidden_context == "prompt":
+            context = prompt
+        else:
+            context = f"Question: {question}\nAnswer:" + (f" {prefix}" if prefix else "")
+        states = []
+        for s in steps:
+            analysis = ctx.analyze(context + s, hidden_layers=[self.layer])
+            states.append(analysis.hidden[self.layer][-1])
+        return eigen_score(np.stack(states), p.alpha), [s.strip() for s in steps]
+
+    # -- query -----------------------------------------------------------------------------------------
+    def _query(
+        self, draft: Draft, question: str, ctx: RunContext, nlp: Any
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """The step's sure words (or words of the question / previous step), filtered to content POS."""
+        gen = draft.generation
+        text = gen.text if gen is not None else draft.text
+        doc = nlp(text)
+        spans = [(t.idx, t.idx + len(t.text)) for t in doc]
+        per_word: list[list[int]] = [[] for _ in spans]
+        if gen is not None and gen.logprobs is not None:
+            per_word = group_by(assign(token_positions(gen.tokens), spans), len(spans))
+            unc = token_uncertainty(gen.logprobs)
+        previous = ctx.trace.steps[-1].kept if ctx.trace.steps else ""
+        sure: list[str] = []
+        record: list[dict[str, Any]] = []
+        for t, toks in zip(doc, per_word, strict=True):
+            if not any(ch.isalnum() for ch in t.text) or not toks:
+                continue
+            u = float(max(unc[i] for i in toks))
+            ok = (
+                t.text in question
+                or (bool(previous) and t.text in previous)
+                or u <= self.params.prob_threshold
+            )
+            record.append({"word": t.text, "uncertainty": score(u), "sure": ok})
+            if ok:
+                sure.append(t.text)
+        query = filter_pos(" ".join(sure), nlp) if sure else ""
+        if not query.strip():
+            query = filter_pos(question, nlp)
+        return query, record
+
+    # -- check -----------------------------------------------------------------------------------------
+    def check(self, draft: Draft, question: str, ctx: RunContext) -> Check:
+        p = self.params
+        if has_answer(draft.text):
+            return Check(
+                fire=False,
+                keep=draft.text,
+                signals={"trigger": trigger_record("above", p.threshold, []), "answer": True},
+                reason="the step states the answer; SeaKR ends the reasoning there",
+            )
+        eig, samples = self._uncertainty(draft.prompt, question, draft.prefix, ctx, "draft")
+        trigger = trigger_record("above", p.threshold, [eig])
+        signals: dict[str, Any] = {
+            "trigger": trigger,
+            "eigen_score": trigger["scores"][0],
+            "layer": self.layer,
+            "samples": samples,
+        }
+        if trigger["fired_at"] is None:
+            return Check(
+                fire=False,
+                keep=draft.text,
+                signals=signals,
+                reason=f"EigenScore {trigger['scores'][0]:g} <= {p.threshold:g}",
+            )
+        nlp = load_spacy(ctx.parts.config.text.spacy_model)
+        query, words = self._query(draft, question, ctx, nlp)
+        signals["query_words"] = words
+        earlier = {q for s in ctx.trace.steps for q in s.queries}
+        if query in earlier:
+            signals["suppressed"] = "repeated query"
+            return Check(
+                fire=False,
+                keep=draft.text,
+                signals=signals,
+                stop=True,
+                reason=f"EigenScore {trigger['scores'][0]:g} > {p.threshold:g} but query '{query}' was already searched",
+            )
+        passages, refs = ctx.retrieve([query], p.top_k or ctx.parts.config.retriever.top_k)
+        have = {d.id for d in draft.docs}
+        fresh = [d for d in passages if d.id not in have]
+        if not fresh:  # SeaKR drops the step and stops; we keep it, having no final re-reading stage
+            return Check(
+                fire=True,
+                keep=draft.text,
+                queries=[query],
+                signals=signals,
+                passages=list(draft.docs),
+                refs=refs,
+                stop=True,
+                reason="the search found no passage that is not already in use",
+            )
+        chosen, step, reads = self._rerank(draft, question, fresh, ctx)
+        signals["reads"] = reads
+        signals["chosen"] = chosen.id
+        docs = list(draft.docs) + [chosen]
+        stop = len(docs) >= p.max_docs
+        return Check(
+            fire=True,
+            keep=step,
+            queries=[query],
+            signals=signals,
+            passages=docs,
+            refs=refs,
+            stop=stop,
+            reason=(
+                f"EigenScore {trigger['scores'][0]:g} > {p.threshold:g}; kept passage '{chosen.title}'"
+                + (f"; {len(docs)} passages reach max_docs" if stop else "")
+            ),
+        )
+
+    def _rerank(
+        self, draft: Draft, question: str, fresh: list[Passage], ctx: RunContext
+    ) -> tuple[Passage, str, list[dict[str, Any]]]:
+        """Write the step with each new passage; keep the passage whose step is least uncertain."""
+        p = self.params
+        reads: list[dict[str, Any]] = []
+        best: tuple[float, int] | None = None
+        steps: list[str] = []
+        candidates = fresh if p.rerank else fresh[:1]
+        for i, doc in enumerate(candidates):
+            prompt = build_prompt(
+                question,
+                ctx.parts.exemplars,
+                ctx.parts.template,
+                list(draft.docs) + [doc],
+                prefix=draft.prefix,
+            )
+            greedy = ctx.generate(prompt, max_new_tokens=self.unit_tokens(ctx), stop=self._stops(ctx))[0]
+            step = self._step_of(greedy, ctx).strip()
+            steps.append(step)
+            rec: dict[str, Any] = {"id": doc.id, "title": doc.title, "step": step}
+            if p.rerank:
+                eig, _ = self._uncertainty(prompt, question, draft.prefix, ctx, f"read-{doc.id}")
+                key = eig if step else math.inf
+                rec["eigen_score"] = score(eig)
+            else:
+                key = 0.0
+            reads.append(rec)
+            if best is None or key < best[0]:
+                best = (key, i)
+        assert best is not None
+        return candidates[best[1]], steps[best[1]], reads
