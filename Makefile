@@ -2,7 +2,10 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-EXTRAS ?= hf,dense,serve,report,dev
+EXTRAS ?= hf,dense,serve,report,llamacpp,dev
+# llama-cpp-python compiles from source: portable x86 flags (the native build crashes on CPUs with AMX).
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
 .PHONY: install system-deps demo test lint format bench clean
 
