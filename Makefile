@@ -2,41 +2,49 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-EXTRAS ?= hf,dense,serve,report,llamacpp,dev
+# The demo needs the embedded default only; the tests exercise every extra.
+DEMO_EXTRAS ?= hf
+TEST_EXTRAS ?= hf,dense,serve,report,llamacpp,dev
 # llama-cpp-python compiles from source: portable x86 flags (the native build crashes on CPUs with AMX).
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install system-deps demo test lint format bench clean
+.PHONY: install install-all system-deps demo test lint format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # torch is installed first and pinned: a looser requirement can pull a multi-GB CUDA build.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet "torch==2.13.0"
-	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
+	$(BIN)/pip install --quiet -e ".[$(DEMO_EXTRAS)]"
 	touch $@
 
-install: $(VENV)/.installed
+$(VENV)/.installed-all: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet "torch==2.13.0"
+	$(BIN)/pip install --quiet -e ".[$(TEST_EXTRAS)]"
+	touch $@ $(VENV)/.installed-demo
 
-demo: install
-	$(BIN)/quco demo
+install: $(VENV)/.installed-demo
+install-all: $(VENV)/.installed-all
 
 # Headless Chromium renders the HTML report and the trace viewer in the tests (Debian package).
 system-deps:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium)
 
-test: install system-deps
+demo: install
+	$(BIN)/quco demo
+
+test: install-all system-deps
 	$(BIN)/pytest -q
 
-lint: install
+lint: install-all
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
-format: install
+format: install-all
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
-bench: install
+bench: install-all
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
