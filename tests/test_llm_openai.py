@@ -96,32 +96,29 @@ class FaultProxy:
                 try:
                     if proxy.delay_s and (generation or proxy.delay_all):
                         time.sleep(proxy.delay_s)
+                    headers = {"Content-Type": "application/json"}
                     if failing:
-                        payload = b'{"error": {"message": "injected fault"}}'
-                        self.send_response(proxy.status)
+                        status, payload = proxy.status, b'{"error": {"message": "injected fault"}}'
                         if proxy.status == 429:
-                            self.send_header("Retry-After", "0")
-                        self.send_header("Content-Type", "application/json")
-                        self.send_header("Content-Length", str(len(payload)))
-                        self.end_headers()
-                        self.wfile.write(payload)
-                        return
-                    upstream = httpx.post(
-                        proxy.upstream + self.path,
-                        content=body,
-                        headers={"Content-Type": "application/json"},
-                        timeout=120,
-                    )
-                    self.send_response(upstream.status_code)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(upstream.content)))
-                    self.end_headers()
-                    self.wfile.write(upstream.content)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+                            headers["Retry-After"] = "0"
+                    else:
+                        upstream = httpx.post(
+                            proxy.upstream + self.path, content=body, headers=headers, timeout=300
+                        )
+                        status, payload = upstream.status_code, upstream.content
                 finally:
+                    # Counted out before the answer is sent: once the client has it, it may send the next one.
                     with proxy.lock:
                         proxy.in_flight -= 1
+                try:
+                    self.send_response(status)
+                    for key, value in headers.items():
+                        self.send_header(key, value)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
