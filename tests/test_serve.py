@@ -285,7 +285,13 @@ def test_access_log_is_structured_and_has_no_secrets(api: Running, caplog: pytes
     with caplog.at_level(logging.INFO, logger="quco.serve.access"):
         httpx.get(f"{api.url}/v1/traces?token=should-not-appear", headers=auth())
         httpx.get(f"{api.url}/v1/traces", headers={"Authorization": "Bearer wrong-secret"})
-    records = [json.loads(r.getMessage()) for r in caplog.records if r.name == "quco.serve.access"]
+        # The server thread writes its access line after the response went out: wait for it.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            records = [json.loads(r.getMessage()) for r in caplog.records if r.name == "quco.serve.access"]
+            if records and records[-1].get("status") == 401:
+                break
+            time.sleep(0.05)
     assert [(r["path"], r["status"], r["auth"]) for r in records[-2:]] == [
         ("/v1/traces", 200, "ok"),
         ("/v1/traces", 401, "bad"),
