@@ -34,12 +34,12 @@ app.add_typer(serve_app, name="serve")
 
 def _mount_optional() -> None:
     """Commands that live with their subsystems (evaluation, calibration)."""
-    from quco.eval.calibrate import calibrate_app
+    from quco.eval.calibrate import calibrate_command
     from quco.eval.cli import eval_app
     from quco.serve.cli import api as serve_api
 
     app.add_typer(eval_app)
-    app.add_typer(calibrate_app, name="calibrate")
+    app.command("calibrate")(calibrate_command)
     serve_app.command("api")(serve_api)
 
 

@@ -13,9 +13,18 @@ from typing import Any
 TRACE_VERSION = 1
 
 # Roles an LLM call can have; the counters keep one entry per role that was used.
-LLM_ROLES = ("main", "extractor", "sampler", "pseudo_document", "judge", "answer_reprompt", "probe")
+LLM_ROLES = (
+    "main",
+    "extractor",
+    "sampler",
+    "pseudo_document",
+    "judge",
+    "query_writer",
+    "answer_reprompt",
+    "probe",
+)
 # Components whose wall time is reported separately.
-COMPONENTS = ("llm", "retrieval", "corpus_stats", "extraction", "other")
+COMPONENTS = ("llm", "retrieval", "corpus_stats", "extraction", "similarity", "other")
 
 
 @dataclass
