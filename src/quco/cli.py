@@ -251,6 +251,30 @@ def index_stats_cmd(
     _index_stats(corpus, out_dir, tokenizer, on_error)
 
 
+@index_app.command("dense")
+@friendly_errors
+def index_dense_cmd(
+    corpus: Annotated[str, typer.Option("--corpus", help="JSONL/TSV corpus, or 'wiki-summaries'.")],
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Index directory (default: the cache).")
+    ] = None,
+    model: Annotated[
+        str, typer.Option(help="sentence-transformers model (default: the bundled MiniLM).")
+    ] = "all-MiniLM-L6-v2",
+    on_error: Annotated[str, typer.Option(help="On a bad corpus line: 'stop' or 'skip'.")] = "stop",
+    verbose: VerboseOpt = False,
+) -> None:
+    """Build a dense (sentence-transformers + FAISS) index of a corpus, embeddings stored once and memory-mapped."""
+    from quco.retrieval.dense import index_dense
+
+    _setup_logging(verbose)
+    report = index_dense(corpus, out_dir=out_dir, model=model, progress=True, on_error=on_error)
+    out.print(
+        f"dense: {report.passages_indexed} passages ({report.dim}-dim, {report.model}) from {report.lines_read} lines "
+        f"({report.skipped} skipped) in {report.seconds:.1f}s -> {report.index_dir}"
+    )
+
+
 @app.command("config")
 @friendly_errors
 def show_config(config: ConfigOpt = None, method: MethodOpt = None, set_: SetOpt = None) -> None:

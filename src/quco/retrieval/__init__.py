@@ -11,6 +11,13 @@ from typing import Any
 from quco.retrieval.base import Passage, Retriever
 
 _LAZY = {
+    "DenseRetriever": "quco.retrieval.dense",
+    "Embedder": "quco.retrieval.dense",
+    "build_dense_index": "quco.retrieval.dense",
+    "ensure_dense_index": "quco.retrieval.dense",
+    "index_dense": "quco.retrieval.dense",
+    "DenseIndexError": "quco.retrieval.dense",
+    "EmbedderError": "quco.retrieval.dense",
     "BM25Params": "quco.retrieval.bm25",
     "BM25Retriever": "quco.retrieval.bm25",
     "IndexIntegrityError": "quco.retrieval.bm25",
