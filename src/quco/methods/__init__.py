@@ -20,6 +20,10 @@ _ALIASES = {
     "non-retrieval": "wo-rag",
     "srrag": "sr-rag",
     "single-retrieval": "sr-rag",
+    "fix-length-retrieval": "fl-rag",
+    "fix-sentence-retrieval": "fs-rag",
+    "token": "flare",
+    "attn_prob": "dragin",
 }
 _discovered = False
 
