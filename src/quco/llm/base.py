@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from quco.errors import CapabilityError
+from quco.errors import CapabilityError, InputError
 
 
 class Capability(StrEnum):
@@ -109,3 +109,25 @@ def require(generator: Generator, needs: Iterable[Capability], who: str) -> None
             f"{who} needs the generator capability '{first.value}', which backend '{generator.name}' does not "
             f"provide; use {CAPABILITY_PROVIDERS[first]}"
         )
+
+
+def prompt_budget(
+    max_context_tokens: int, max_new_tokens: int, n: int, temperature: float, top_p: float, top_k: int
+) -> int:
+    """Validate a generation request; return how many prompt tokens fit beside the generated ones."""
+    if max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    if n < 1:
+        raise InputError(f"n (number of samples) must be at least 1, got {n}")
+    if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
+        raise InputError(
+            f"invalid sampling settings temperature={temperature}, top_p={top_p}, top_k={top_k}; "
+            "use temperature >= 0, 0 < top_p <= 1, top_k >= 0"
+        )
+    budget = max_context_tokens - max_new_tokens
+    if budget < 2:
+        raise InputError(
+            f"max_new_tokens={max_new_tokens} leaves no room for a prompt in max_context_tokens="
+            f"{max_context_tokens}; lower max_new_tokens or raise generator.max_context_tokens"
+        )
+    return budget

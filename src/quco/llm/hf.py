@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from quco.config import GeneratorConfig
-from quco.errors import ConfigError, InputError, QucoError
-from quco.llm.base import Analysis, Capability, Generation
+from quco.errors import ConfigError, QucoError
+from quco.llm.base import Analysis, Capability, Generation, prompt_budget
 from quco.paths import cache_dir
 
 # OpenMP threads that spin while they wait for each other make generation 10-15x slower whenever the cores
@@ -476,21 +476,7 @@ class HFGenerator:
         Logprobs and entropies come from the raw next-token distribution (temperature 1, no top-k/top-p), so
         they measure the model's confidence, not the sampler's.
         """
-        if max_new_tokens < 1:
-            raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-        if n < 1:
-            raise InputError(f"n (number of samples) must be at least 1, got {n}")
-        if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
-            raise InputError(
-                f"invalid sampling settings temperature={temperature}, top_p={top_p}, top_k={top_k}; "
-                "use temperature >= 0, 0 < top_p <= 1, top_k >= 0"
-            )
-        budget = self.max_context_tokens - max_new_tokens
-        if budget < 2:
-            raise InputError(
-                f"max_new_tokens={max_new_tokens} leaves no room for a prompt in max_context_tokens="
-                f"{self.max_context_tokens}; lower max_new_tokens or raise generator.max_context_tokens"
-            )
+        budget = prompt_budget(self.max_context_tokens, max_new_tokens, n, temperature, top_p, top_k)
         ids, truncated = self._encode(prompt, budget)
         if truncated:
             logger.warning("Prompt left-truncated to its last %d tokens", len(ids))

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from quco.config import GeneratorConfig
-from quco.errors import CapabilityError, ConfigError, InputError, QucoError
-from quco.llm.base import Analysis, Capability, Generation
+from quco.errors import CapabilityError, ConfigError, QucoError
+from quco.llm.base import Analysis, Capability, Generation, prompt_budget
 from quco.paths import cache_dir
 
 logger = logging.getLogger(__name__)
@@ -227,21 +227,7 @@ class LlamaCppGenerator:
         Logprobs and entropies come from the raw next-token distribution (before any sampling filter), as in
         the 'hf' backend, so that both measure the model's confidence and not the sampler's.
         """
-        if max_new_tokens < 1:
-            raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-        if n < 1:
-            raise InputError(f"n (number of samples) must be at least 1, got {n}")
-        if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
-            raise InputError(
-                f"invalid sampling settings temperature={temperature}, top_p={top_p}, top_k={top_k}; "
-                "use temperature >= 0, 0 < top_p <= 1, top_k >= 0"
-            )
-        budget = self.max_context_tokens - max_new_tokens
-        if budget < 2:
-            raise InputError(
-                f"max_new_tokens={max_new_tokens} leaves no room for a prompt in max_context_tokens="
-                f"{self.max_context_tokens}; lower max_new_tokens or raise generator.max_context_tokens"
-            )
+        budget = prompt_budget(self.max_context_tokens, max_new_tokens, n, temperature, top_p, top_k)
         ids, truncated = self._encode(prompt, budget)
         if truncated:
             logger.warning("Prompt left-truncated to its last %d tokens", len(ids))
