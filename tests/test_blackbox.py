@@ -623,3 +623,38 @@ def test_calibrate_command_rejects_bad_input_in_one_line(tmp_path: Path):
     assert result.exit_code == 2 and "START:END" in result.output
     result = runner.invoke(calibrate_app, ["--config", str(config), "--target", "f1"])
     assert result.exit_code == 2 and "unknown calibration target 'f1'" in result.output
+
+
+@pytest.mark.model
+def test_calibrate_from_a_recorded_pass_matches_fresh_passes(pipe, tmp_path: Path):
+    """One never-retrieving pass with recorded samples calibrates every estimator as its own pass would."""
+    from quco.errors import QucoError
+    from quco.eval.calibrate import calibrate, scores_from_run
+    from quco.eval.runner import run_eval
+
+    _use(pipe, estimator="eig_val_laplacian", similarity="jaccard", threshold=math.inf)
+    run_dir = tmp_path / "pass"
+    run_eval(pipe, "hotpotqa", limit=1, out_dir=run_dir, progress=False)
+
+    def config(**params):  # noqa: ANN003, ANN202
+        return pipe.config.model_copy(update={"params": pipe.config.params | params})
+
+    for estimator in ("eig_val_laplacian", "deg_mat", "lexical_similarity"):
+        _use(pipe, estimator=estimator, similarity="jaccard")
+        fresh = calibrate(pipe, "hotpotqa", offset=0, limit=1, target="rate", rate=0.5)
+        scores, questions, span = scores_from_run(run_dir, config(estimator=estimator))
+        assert (questions, span) == (1, "0:1")
+        assert scores == pytest.approx(fresh.scores, abs=1e-6) and len(scores) >= 1  # traces keep 6 decimals
+
+    with pytest.raises(QucoError, match="n_samples"):
+        scores_from_run(run_dir, config(n_samples=N + 1))
+    with pytest.raises(QucoError, match="LLM-judge"):
+        scores_from_run(run_dir, config(similarity="judge"))
+    retrieved = tmp_path / "retrieved"
+    retrieved.mkdir()
+    (retrieved / "config.yaml").write_text((run_dir / "config.yaml").read_text())
+    rec = json.loads((run_dir / "results.jsonl").read_text().splitlines()[0])
+    rec["trace"]["steps"][-1]["decision"] = "retrieve"
+    (retrieved / "results.jsonl").write_text(json.dumps(rec) + "\n")
+    with pytest.raises(QucoError, match="threshold=.inf"):
+        scores_from_run(retrieved, config())

@@ -225,6 +225,68 @@ def calibrate(
     )
 
 
+# -- from a recorded pass -------------------------------------------------------------------------------------
+
+# Parameters that decide which samples a black-box check draws: a recorded pass can stand in for another
+# config's pass only when these (and the generator, prompt and generation settings) are the same.
+_SAMPLING_PARAMS = ("n_samples", "temperature", "top_p", "top_k", "seed", "sentence_tokens")
+
+
+def scores_from_run(run_dir: str | Path, config: Any) -> tuple[list[float], int, str]:
+    """U of every check of a recorded never-retrieving black-box pass, re-scored with ``config``'s estimator.
+
+    The pass is a ``quco eval`` run of any black-box config with ``params.threshold=.inf`` and recorded samples.
+    Without retrieval the text, and so every check's seeded samples, do not depend on the estimator or the
+    similarity: one sampling pass calibrates them all. Returns the scores, the number of questions answered
+    without error, and the run's question span as START:END (or "recorded" when it was a sample).
+    """
+    from quco.config import PipelineConfig, load_config
+    from quco.eval.runs import load_run
+    from quco.methods.blackbox import BlackBoxParams, BlackBoxRAG
+
+    cfg = config if isinstance(config, PipelineConfig) else load_config(config)
+    run = load_run(run_dir)
+    if cfg.method != "blackbox" or run.method != "blackbox":
+        raise QucoError(
+            f"--from-run re-scores recorded black-box samples; the config's method is '{cfg.method}' and "
+            f"the run's is '{run.method}'"
+        )
+    recorded = PipelineConfig.model_validate(run.config["pipeline"])
+    ours, theirs = BlackBoxParams.model_validate(cfg.params), BlackBoxParams.model_validate(recorded.params)
+    differ = [k for k in _SAMPLING_PARAMS if getattr(ours, k) != getattr(theirs, k)]
+    differ += [k for k in ("generator", "prompt", "generation") if getattr(cfg, k) != getattr(recorded, k)]
+    if differ:
+        raise QucoError(
+            f"the run in {run_dir} drew its samples differently from this config ({', '.join(differ)} "
+            "differ); record a pass with the same settings"
+        )
+    method = BlackBoxRAG(cfg.params)
+    scores: list[float] = []
+    questions = 0
+    for rec in run.records:
+        if rec.get("error"):
+            continue
+        questions += 1
+        for step in (rec.get("trace") or {}).get("steps", []):
+            if step.get("decision") == "retrieve":
+                raise QucoError(
+                    f"the run in {run_dir} retrieved (question {rec.get('id')}): record the calibration pass "
+                    "with --set params.threshold=.inf so that no check fires"
+                )
+            samples = (step.get("signals") or {}).get("samples")
+            if step.get("stage") == "generate" and samples:
+                scores.append(method.score_recorded([str(x) for x in samples]))
+    if not scores:
+        raise QucoError(
+            f"no recorded samples in {run_dir}: run the pass with params.record_samples=true "
+            "(the default) and at least one question"
+        )
+    sel = run.config.get("selection") or {}
+    start = int(sel.get("offset") or 0)
+    span = f"{start}:{start + len(run.records)}" if not sel.get("sample") else "recorded"
+    return scores, questions, span
+
+
 # -- the command ---------------------------------------------------------------------------------------------
 
 calibrate_app = typer.Typer(
@@ -258,6 +320,14 @@ def calibrate_command(
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="Override a config field, e.g. params.n_samples=4.")
     ] = None,
+    from_run: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-run",
+            help="Black-box only: re-score the samples of a recorded never-retrieving pass (a `quco eval` "
+            "run with params.threshold=.inf) instead of running the model; target 'rate' only.",
+        ),
+    ] = None,
 ) -> None:
     """Choose θ on the calibration questions and write it into the config as params.threshold."""
     from rich.console import Console
@@ -268,7 +338,19 @@ def calibrate_command(
     try:
         offset, limit = _parse_span(questions)
         overrides = dict(parse_override(s) for s in set_ or [])
-        result = calibrate(config, dataset, offset, limit, target, rate, overrides=overrides, progress=True)
+        if from_run is not None:
+            if target != "rate":
+                raise QucoError("--from-run calibrates to a target rate only (EM needs runs with retrieval)")
+            from quco.config import load_config
+
+            scores, n_questions, span = scores_from_run(from_run, load_config(config, overrides=overrides))
+            theta = threshold_for_rate(scores, rate)
+            result = CalibrationResult(theta, "rate", n_questions, scores, fire_rate(scores, theta))
+            questions = f"{span} (recorded pass {from_run.name})"
+        else:
+            result = calibrate(
+                config, dataset, offset, limit, target, rate, overrides=overrides, progress=True
+            )
         for c in result.candidates:
             console.print(
                 f"θ={c.threshold:.6g}  EM={c.em:.3f}  rate={c.retrieval_rate:.3f}  "

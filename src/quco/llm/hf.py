@@ -7,6 +7,7 @@ later load reads that cache in a few seconds, without any network access.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import inspect
@@ -17,7 +18,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,10 @@ _WEIGHTS = "model.safetensors"
 _LOCK_TIMEOUT_S = 1800.0
 # Positions per lm_head chunk in analyze(): 64 x 262k vocab x 4 bytes = 64 MiB per temporary.
 _SCORE_CHUNK = 64
+
+# Decoding runs on SDPA attention (about 30 % faster on CPU than eager: no copied key/value heads per step).
+# Attention weights exist only in the eager implementation, so analysis passes that need them switch to it.
+_FAST_ATTENTION = "sdpa"
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -405,7 +410,7 @@ class HFGenerator:
         try:
             tokenizer = _load_tokenizer(source, how, extra)
             model = AutoModelForCausalLM.from_pretrained(
-                source, dtype=_DTYPES[config.dtype], attn_implementation="eager", **extra
+                source, dtype=_DTYPES[config.dtype], attn_implementation=_FAST_ATTENTION, **extra
             )
         except (OSError, ValueError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -609,7 +614,7 @@ class HFGenerator:
         # Without a per-layer hook (unknown architecture) ask transformers for all layers' attentions.
         want_all_attn = att_idx is not None and attn_modules is None
         try:
-            with self._lock:
+            with self._lock, self._attention_weights(att_idx is not None):
                 decoder = self.model.get_decoder()
                 out = decoder(
                     input_ids=torch.tensor([ids], device=self.device),
@@ -638,6 +643,19 @@ class HFGenerator:
         return Analysis(
             token_ids=ids, tokens=pieces, attention=attention, hidden=hidden, logprobs=lps, entropies=ents
         )
+
+    @contextlib.contextmanager
+    def _attention_weights(self, needed: bool) -> Iterator[None]:
+        """Run the block on eager attention when attention weights are ``needed`` (caller holds the lock)."""
+        current = getattr(self.model.config, "_attn_implementation", None)
+        switch = needed and current not in (None, "eager") and hasattr(self.model, "set_attn_implementation")
+        if switch:
+            self.model.set_attn_implementation("eager")
+        try:
+            yield
+        finally:
+            if switch:
+                self.model.set_attn_implementation(current)
 
     def _attention_modules(self) -> list[Any] | None:
         """The attention module of each block, if the architecture names them the usual way."""

@@ -31,7 +31,7 @@ from quco.blackbox.similarity import (
 )
 from quco.engine.context import RunContext
 from quco.engine.method import Check, Draft, Method, MethodParams
-from quco.errors import CapabilityError, ConfigError
+from quco.errors import CapabilityError, ConfigError, QucoError
 from quco.llm.base import Capability
 from quco.prompts import build_prompt
 from quco.triggers.decide import score as recorded_score
@@ -208,6 +208,20 @@ class BlackBoxRAG(Method):
         else:
             with ctx.timed("similarity"):
                 pairs = self._model_similarity().scores(samples)
+        return self._estimate(samples, pairs, info)
+
+    def score_recorded(self, samples: list[str]) -> float:
+        """U of samples recorded in a trace, without a run context (any similarity but the LLM judge)."""
+        if not self._needs_matrix():
+            return estimate("lexical_similarity", samples)
+        if self.params.similarity == "judge":
+            raise QucoError(
+                "the LLM-judge similarity needs the model: it cannot be scored from recorded samples"
+            )
+        return self._estimate(samples, self._model_similarity().scores(samples), {})[0]
+
+    def _estimate(self, samples: list[str], pairs: Any, info: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+        p = self.params
         info["unique"] = pairs.unique
         if p.similarity in ("nli", "judge"):
             info[f"{p.similarity}_pairs"] = pairs.model_calls  # ordered pairs scored
