@@ -19,7 +19,8 @@ from quco.errors import ConfigError
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # extra fields are errors; ±inf survives a JSON dump (a never-firing threshold is .inf, not null)
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
 
 class GeneratorConfig(_Section):
