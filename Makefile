@@ -9,7 +9,7 @@ TEST_EXTRAS ?= hf,dense,serve,report,llamacpp,dev
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install install-all system-deps demo test lint format bench clean
+.PHONY: install install-all system-deps demo test lint format bench llama-server clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ format: install-all
 
 bench: install-all
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+# llama.cpp's own server (parallel decoding slots) for bench/bench_serve.py, built from the llama.cpp sources
+# inside the llama-cpp-python source distribution on PyPI (a few minutes of compiling).
+llama-server: $(BIN)/llama-server
+$(BIN)/llama-server: | $(VENV)/.installed-all
+	scripts/build-llama-server.sh $(BIN) $(BIN)/pip
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

@@ -2,7 +2,7 @@
 
 Part 1: questions per minute for N HotpotQA dev questions (default 40) with QuCo-RAG through the OpenAI
 backend, against one llama.cpp server with 1, 2 and 4 parallel slots, answered sequentially and by as many
-client threads as slots. Parallel slots need llama.cpp's own ``llama-server`` (``--llama-server PATH``);
+client threads as slots. Parallel slots need llama.cpp's own ``llama-server`` (``--llama-server PATH``; ``make llama-server`` builds it);
 llama-cpp-python's server decodes one request at a time, so without that binary only 1 slot is measured.
 Part 2: ``quco serve`` (a child process) under 8 concurrent clients for 100 requests: p50/p95 latency, errors,
 peak memory of the service and of the LLM server.
@@ -281,7 +281,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument(
-        "--llama-server", default=os.environ.get("QUCO_LLAMA_SERVER") or shutil.which("llama-server")
+        "--llama-server",
+        default=os.environ.get("QUCO_LLAMA_SERVER")
+        or shutil.which("llama-server")
+        or shutil.which("llama-server", path=str(Path(sys.executable).parent)),  # `make llama-server`
     )
     parser.add_argument("--skip", choices=["part1", "part2"], default=None)
     parser.add_argument("--serve-child", help=argparse.SUPPRESS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -68,3 +69,29 @@ def test_compare_and_report_commands(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     assert html.is_file() and 'id="summary"' in html.read_text("utf-8")
+
+
+def test_summary_command_tabulates_runs_on_the_same_questions(tmp_path: Path) -> None:
+    from quco.eval.cli import summary_rows
+    from quco.eval.runner import run_eval
+    from test_eval_report import _answerer
+
+    for method, p, limit in (("wo-rag", 0.1, 12), ("sr-rag", 0.6, 8)):
+        run_eval(
+            _answerer(method, p, method != "wo-rag"), "hotpotqa", limit=limit, out_dir=tmp_path / method,
+            progress=False,
+        )  # fmt: skip
+    runs = [tmp_path / "wo-rag", tmp_path / "sr-rag"]
+    assert [r["questions"] for r in summary_rows(runs, n_boot=200)] == [12, 8]
+    assert [r["questions"] for r in summary_rows(runs, first=5, n_boot=200)] == [5, 5]
+    rows = summary_rows(runs, common=True, n_boot=200)
+    assert [r["questions"] for r in rows] == [8, 8]
+    wo = [json.loads(line) for line in (tmp_path / "wo-rag/results.jsonl").read_text().splitlines()][:8]
+    assert rows[0]["stats"]["em"].mean == sum(r["em"] for r in wo) / 8
+    res = runner.invoke(app, ["summary", *map(str, runs), "--markdown", "--first", "5"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    lines = res.output.strip().splitlines()
+    assert lines[0].startswith("| run | method | n | EM | F1 | retrievals/q")
+    assert lines[2].startswith("| wo-rag | wo-rag | 5 |") and lines[3].startswith("| sr-rag | sr-rag | 5 |")
+    res = runner.invoke(app, ["summary", str(runs[0]), "--first", "0"])
+    assert res.exit_code == 2 and "--first must be at least 1" in res.output

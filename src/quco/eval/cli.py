@@ -1,4 +1,4 @@
-"""The evaluation commands ``quco eval``, ``quco compare`` and ``quco report``.
+"""The evaluation commands ``quco eval``, ``quco summary``, ``quco compare`` and ``quco report``.
 
 ``eval_app`` is mounted into the main ``quco`` command with ``app.add_typer(eval_app)`` (no name: its commands
 join the top level). The plain functions ``eval_command``, ``compare_command`` and ``report_command`` do the
@@ -87,6 +87,42 @@ def compare_command(run_a: Path, run_b: Path, metrics: Sequence[str] = ("em", "f
     if unknown:
         raise QucoError(f"unknown metric '{unknown[0]}'; use one of {', '.join(SUMMARY_FIELDS)}")
     return compare_runs(run_a, run_b, metrics)
+
+
+# Columns of `quco summary`: a score or cost field and its header.
+SUMMARY_COLUMNS = (
+    ("em", "EM"),
+    ("f1", "F1"),
+    ("retrievals", "retrievals/q"),
+    ("llm_calls", "LLM calls/q"),
+    ("tokens", "generated tokens/q"),
+    ("seconds", "s/q"),
+)
+
+
+def summary_rows(
+    runs: Sequence[Path], first: int | None = None, common: bool = False, n_boot: int = 10_000
+) -> list[dict[str, Any]]:
+    """One row per run: its name, method, question count and each summary column's mean with 95% interval.
+
+    ``first`` keeps the questions whose dataset position is below it (so runs of different length are
+    tabulated on the same questions); ``common`` keeps only the questions every run has answered.
+    """
+    loaded = [load_run(r) for r in runs]
+    if first is not None:
+        if first < 1:
+            raise QucoError(f"--first must be at least 1, got {first}")
+        for run in loaded:
+            run.records = [r for r in run.records if int(r.get("index", first)) < first]
+    if common:
+        shared = set.intersection(*({str(r["id"]) for r in run.records} for run in loaded))
+        for run in loaded:
+            run.records = [r for r in run.records if str(r["id"]) in shared]
+    rows = []
+    for run in loaded:
+        stats = summarize(run, [f for f, _ in SUMMARY_COLUMNS], n_boot=n_boot)
+        rows.append({"run": run.name, "method": run.method, "questions": len(run.records), "stats": stats})
+    return rows
 
 
 def report_command(runs: Sequence[Path], out_html: Path, baseline: int = 0) -> Path:
@@ -187,6 +223,43 @@ def eval_cli(
         retry_errors, label, progress,
     )  # fmt: skip
     _print_summary(summary)
+
+
+@eval_app.command("summary")
+@_friendly
+def summary_cli(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories written by `quco eval`.")],
+    first: Annotated[
+        int | None, typer.Option(help="Only questions at dataset positions below N (e.g. 50).")
+    ] = None,
+    common: Annotated[bool, typer.Option(help="Only questions that every run has answered.")] = False,
+    markdown: Annotated[bool, typer.Option(help="Print a Markdown table.")] = False,
+) -> None:
+    """One line per run: EM, F1, retrievals, LLM calls, generated tokens and seconds per question, 95% CIs."""
+    _logging(False)
+    rows = summary_rows(runs, first, common)
+    headers = ["run", "method", "n"] + [h for _, h in SUMMARY_COLUMNS]
+
+    def cells(row: dict[str, Any]) -> list[str]:
+        vals = []
+        for f, _ in SUMMARY_COLUMNS:
+            iv = row["stats"][f]
+            scale, digits = (100.0, 1) if f in ("em", "f1") else (1.0, 1 if f != "retrievals" else 2)
+            vals.append(iv.format(digits, scale))
+        return [row["run"], row["method"], str(row["questions"])] + vals
+
+    if markdown:
+        out.print("| " + " | ".join(headers) + " |", highlight=False, soft_wrap=True)
+        out.print("|" + "---|" * len(headers), highlight=False, soft_wrap=True)
+        for row in rows:
+            out.print("| " + " | ".join(cells(row)) + " |", highlight=False, soft_wrap=True)
+        return
+    table = Table(title="mean per question [95% bootstrap CI]; EM and F1 in %")
+    for h in headers:
+        table.add_column(h, justify="left" if h in ("run", "method") else "right")
+    for row in rows:
+        table.add_row(*cells(row))
+    out.print(table)
 
 
 @eval_app.command("compare")
