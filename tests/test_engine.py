@@ -9,6 +9,7 @@ over real HotpotQA paragraphs. ``test_integration.py`` runs the same paths with 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -187,6 +188,10 @@ def test_sr_rag_retrieves_once_and_generates_once(real_parts) -> None:
     assert [s.decision for s in trace.steps] == ["retrieve", "keep"]
     assert trace.counters.llm_calls == {"main": 1} and trace.counters.retrievals == 1
     assert "Context:" in gen.prompts[0]
+    # DRAGIN's SingleRAG layout: passages, then the format request, then the question
+    assert re.search(
+        r"\nContext:\n\[1\] .*\nAnswer in the same format as before\.\nQuestion: ", gen.prompts[0], re.S
+    )
     assert trace.stop_reason == "answer"
 
 
@@ -194,6 +199,7 @@ def test_wo_rag_never_retrieves(real_parts) -> None:
     pipe, gen = make_pipeline(real_parts, "wo-rag", ["They are both American. So the answer is yes."])
     trace = pipe.answer(QUESTION)
     assert trace.counters.retrievals == 0 and trace.counters.llm_calls == {"main": 1}
+    assert "Context:" not in gen.prompts[0] and "same format as before" not in gen.prompts[0]
     assert trace.answer == "yes"
 
 
