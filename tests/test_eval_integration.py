@@ -111,6 +111,43 @@ def test_answer_reprompt_is_counted(tmp_path: Path, overrides: dict[str, Any]) -
     assert load_run(tmp_path).config["reprompt"] == {"enabled": True, "max_new_tokens": 20}
 
 
+def test_reprompt_from_recorded_traces_equals_a_fresh_reprompted_run(
+    tmp_path: Path, overrides: dict[str, Any]
+) -> None:
+    from quco.eval.runs import RunError
+
+    short = {**overrides, "generation.max_new_tokens": 4}  # too short to state an answer: all re-prompted
+    cfg = load_config(CONFIGS / "hotpotqa/wo-rag.yaml", overrides=short)
+    run_eval(cfg, "hotpotqa", limit=2, out_dir=tmp_path / "plain", progress=False)
+    run_eval(cfg, "hotpotqa", limit=2, out_dir=tmp_path / "fresh", progress=False, reprompt=True)
+    run_eval(
+        cfg, "hotpotqa", limit=2, out_dir=tmp_path / "reused", progress=False, reprompt=True,
+        traces_from=tmp_path / "plain",
+    )  # fmt: skip
+    fresh, reused = _lines(tmp_path / "fresh"), _lines(tmp_path / "reused")
+    assert all(r["reprompted"] for r in reused)
+    for a, b in zip(fresh, reused, strict=True):
+        assert (a["id"], a["prediction"], a["answer"], a["em"]) == (
+            b["id"],
+            b["prediction"],
+            b["answer"],
+            b["em"],
+        )
+        ca, cb = a["trace"]["counters"], b["trace"]["counters"]
+        assert ca["llm_calls"] == cb["llm_calls"] == {"main": 1, "answer_reprompt": 1}
+        assert ca["generated_tokens"] == cb["generated_tokens"]
+    assert load_run(tmp_path / "reused").config["selection"]["traces_from"] == str(tmp_path / "plain")
+    other = load_config(CONFIGS / "hotpotqa/wo-rag.yaml", overrides={**short, "prompt.fewshot": 1})
+    with pytest.raises(RunError, match="different configuration.*fewshot"):
+        run_eval(
+            other, "hotpotqa", limit=2, out_dir=tmp_path / "x", reprompt=True, traces_from=tmp_path / "plain"
+        )
+    with pytest.raises(RunError, match="used the answer re-prompt"):
+        run_eval(
+            cfg, "hotpotqa", limit=2, out_dir=tmp_path / "y", reprompt=True, traces_from=tmp_path / "fresh"
+        )
+
+
 def test_report_of_real_runs_renders_in_chromium(runs: dict[str, Path], tmp_path: Path) -> None:
     html = write_report([runs["wo-rag"], runs["sr-rag"], runs["quco"]], tmp_path / "report.html", n_boot=1000)
     exe = shutil.which("chromium")

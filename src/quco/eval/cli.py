@@ -59,6 +59,7 @@ def eval_command(
     retry_errors: bool = False,
     label: str | None = None,
     progress: bool = True,
+    traces_from: Path | None = None,
 ) -> RunSummary:
     """Resolve the config (file + --method + --set), pick the dataset, and run (or resume) the evaluation."""
     overrides = dict(parse_override(s) for s in sets)
@@ -78,6 +79,7 @@ def eval_command(
         seed=seed,
         retry_errors=retry_errors,
         label=label,
+        traces_from=traces_from,
     )
 
 
@@ -214,13 +216,21 @@ def eval_cli(
     retry_errors: Annotated[bool, typer.Option(help="Re-run questions recorded with an error.")] = False,
     label: Annotated[str | None, typer.Option(help="Name of the run in reports.")] = None,
     progress: Annotated[bool, typer.Option(help="Show the progress bar.")] = True,
+    traces_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--traces-from",
+            help="With --reprompt: reuse the traces of this run (same config, made without --reprompt) "
+            "and only add the re-prompt calls.",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Evaluate a method on a dataset: one JSON line per question, resumable, with EM/F1 and every cost."""
     _logging(verbose)
     summary = eval_command(
         config, dataset, limit, offset, out_dir, workers, resume, reprompt, set_ or [], method, sample, seed,
-        retry_errors, label, progress,
+        retry_errors, label, progress, traces_from,
     )  # fmt: skip
     _print_summary(summary)
 

@@ -273,6 +273,29 @@ def _record(outcome: _Outcome) -> dict[str, Any]:
     return rec
 
 
+def _recorded_traces(run_dir: str | Path, identity: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Records (by question id) of a run whose traces can stand in for this run's answers.
+
+    That run must have the same identity except for the re-prompt, which it must not have used (its traces
+    would already hold the re-prompt's call). Records with an error or without a trace are left out.
+    """
+    from quco.eval.runs import load_run
+
+    src = load_run(run_dir)
+    theirs = {k: v for k, v in src.config.items() if k not in _SELECTION_KEYS and k != "reprompt"}
+    ours = {k: v for k, v in identity.items() if k != "reprompt"}
+    diffs = _differences(theirs, json.loads(json.dumps(ours, default=str)))
+    if diffs:
+        shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
+        raise RunError(f"--traces-from {run_dir} was made with a different configuration ({shown})")
+    if (src.config.get("reprompt") or {}).get("enabled"):
+        raise RunError(
+            f"--traces-from {run_dir} used the answer re-prompt: its traces already hold that call; "
+            "use a run made without --reprompt"
+        )
+    return {str(r["id"]): r for r in src.records if not r.get("error") and r.get("trace")}
+
+
 def default_out_dir(dataset: str, method: str, config_hash: str) -> Path:
     safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in f"{dataset}-{method}")
     return Path("runs") / f"{safe}-{config_hash[:8]}"
@@ -414,12 +437,18 @@ def run_eval(
     fingerprint: str | None = None,
     reprompt_max_new_tokens: int = 20,
     label: str | None = None,
+    traces_from: str | Path | None = None,
 ) -> RunSummary:
     """Evaluate ``target`` on ``dataset`` into ``out_dir``, resuming what is already recorded there.
 
     ``target`` is a config file path, a ``PipelineConfig``, a built ``Pipeline``, or any function
     ``question -> Trace`` (identified in the config hash by its name and ``fingerprint``). Questions that raise
     are recorded with their error (``retry_errors`` re-runs them). Ctrl-C stops after flushing what finished.
+
+    ``traces_from`` names a finished run of the same configuration without the answer re-prompt: its recorded
+    traces stand in for the method's answers (the loop is deterministic given its config), so a run with
+    ``reprompt`` costs one re-prompt call per missing answer instead of a full re-run. Questions it lacks (or
+    that raised there) are answered afresh.
     """
     if workers < 1:
         raise QucoError(f"workers must be >= 1, got {workers}")
@@ -439,6 +468,7 @@ def run_eval(
         "reprompt": {"enabled": reprompt, "max_new_tokens": reprompt_max_new_tokens if reprompt else None},
     }
     config_hash = _hash(identity)
+    reuse = _recorded_traces(traces_from, identity) if traces_from is not None else {}
     out = Path(out_dir) if out_dir is not None else default_out_dir(ref.name, tgt.method, config_hash)
     out.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(out / ".lock"))
@@ -452,7 +482,9 @@ def run_eval(
         return _run_locked(
             out, tgt, identity, config_hash, examples, ref, workers, resume, reprompt, progress,
             retry_errors, reprompt_max_new_tokens, label, start,
-            {"dataset_path": str(ref.path), "limit": limit, "offset": offset, "sample": sample, "seed": seed},
+            {"dataset_path": str(ref.path), "limit": limit, "offset": offset, "sample": sample, "seed": seed}
+            | ({"traces_from": str(traces_from)} if traces_from is not None else {}),
+            reuse,
         )  # fmt: skip
     finally:
         lock.release()
@@ -474,6 +506,7 @@ def _run_locked(
     label: str | None,
     start: float,
     selection: dict[str, Any],
+    reuse: dict[str, dict[str, Any]] | None = None,
 ) -> RunSummary:
     results = out / RESULTS_FILE
     scan = scan_results(results)
@@ -513,6 +546,14 @@ def _run_locked(
             workers = 1
 
         def call(pos: int, ex: Example) -> _Outcome:
+            recorded = (reuse or {}).get(ex.id)
+            if recorded is not None:
+                outcome = _answer_one(
+                    lambda _q: Trace.from_dict(recorded["trace"]), ex, pos, reprompt, generator, exemplars,
+                    reprompt_tokens,
+                )  # fmt: skip
+                outcome.seconds = round(float(recorded.get("seconds") or 0.0) + outcome.seconds, 4)
+                return outcome
             return _answer_one(answer_fn, ex, pos, reprompt, generator, exemplars, reprompt_tokens)
 
         em_sum = sum(float(r.get("em") or 0.0) for r in prior)
