@@ -327,3 +327,46 @@ def test_chat_endpoint_with_logprobs(server: LlamaServer) -> None:
     assert out.prompt_tokens > g.count_tokens(PROMPT) + 1  # the server's count, chat template included
     assert "".join(out.tokens) == out.text
     assert len(out.logprobs) == len(out.tokens) and all(lp <= 0 for lp in out.logprobs)
+
+
+def test_completion_logprobs_in_llama_server_layout() -> None:
+    """llama.cpp's llama-server answers /v1/completions with the per-token list layout of chat logprobs
+    (captured from llama-server 0.5.0 serving the default GGUF, trimmed to two tokens)."""
+    from quco.llm.openai_compat import _parse_completion_choice
+
+    choice = {
+        "text": " the capital",
+        "index": 0,
+        "finish_reason": "length",
+        "logprobs": {
+            "content": [
+                {
+                    "id": 506, "token": " the", "bytes": [32, 116, 104, 101], "logprob": -1.5936477184295654,
+                    "top_logprobs": [
+                        {"id": 506, "token": " the", "bytes": [32, 116, 104, 101], "logprob": -1.5936477184295654},
+                        {"id": 496, "token": " a", "bytes": [32, 97], "logprob": -2.2898948192596436},
+                    ],
+                },
+                {
+                    "id": 5279, "token": " capital", "bytes": [32, 99, 97, 112, 105, 116, 97, 108],
+                    "logprob": -0.6523138880729675,
+                    "top_logprobs": [
+                        {"id": 5279, "token": " capital", "bytes": [32, 99, 97, 112, 105, 116, 97, 108],
+                         "logprob": -0.6523138880729675},
+                    ],
+                },
+            ]
+        },
+    }  # fmt: skip
+    out = _parse_completion_choice(choice)
+    assert out.tokens == [" the", " capital"] and "".join(out.tokens) == choice["text"]
+    assert out.logprobs == [-1.5936477184295654, -0.6523138880729675]
+    assert out.top == [
+        {" the": -1.5936477184295654, " a": -2.2898948192596436},
+        {" capital": -0.6523138880729675},
+    ]
+    legacy = {
+        "text": " x",
+        "logprobs": {"tokens": [" x"], "token_logprobs": [-0.5], "top_logprobs": [{" x": -0.5}]},
+    }
+    assert _parse_completion_choice(legacy).logprobs == [-0.5]

@@ -569,12 +569,14 @@ def _error_message(response: httpx.Response) -> str:
 def _parse_completion_choice(choice: dict[str, Any]) -> _Choice:
     out = _Choice(text=choice.get("text") or "", finish=choice.get("finish_reason") or "length")
     lp = choice.get("logprobs")
-    if isinstance(lp, dict) and lp.get("tokens") is not None:
+    if isinstance(lp, dict) and lp.get("tokens") is not None:  # the legacy layout (OpenAI, vLLM)
         out.tokens = [str(t) for t in lp["tokens"]]
         out.logprobs = [float(x) if x is not None else 0.0 for x in lp.get("token_logprobs") or []]
         out.top = [
             {str(k): float(v) for k, v in (t or {}).items()} for t in (lp.get("top_logprobs") or [])
         ] or [{} for _ in out.tokens]
+    elif isinstance(lp, dict) and isinstance(lp.get("content"), list):  # llama.cpp's llama-server
+        _read_content_logprobs(out, lp["content"])
     return out
 
 
@@ -584,15 +586,18 @@ def _parse_chat_choice(choice: dict[str, Any]) -> _Choice:
     lp = choice.get("logprobs")
     content = lp.get("content") if isinstance(lp, dict) else None
     if isinstance(content, list):
-        if all(isinstance(e.get("bytes"), list) for e in content) and content:
-            out.tokens = _pieces_from_bytes([bytes(e["bytes"]) for e in content])
-        else:
-            out.tokens = [str(e.get("token", "")) for e in content]
-        out.logprobs = [float(e.get("logprob", 0.0)) for e in content]
-        out.top = [
-            {str(t["token"]): float(t["logprob"]) for t in e.get("top_logprobs") or []} for e in content
-        ]
+        _read_content_logprobs(out, content)
     return out
+
+
+def _read_content_logprobs(out: _Choice, content: list[dict[str, Any]]) -> None:
+    """The per-token list layout of chat logprobs (``token``, ``bytes``, ``logprob``, ``top_logprobs``)."""
+    if all(isinstance(e.get("bytes"), list) for e in content) and content:
+        out.tokens = _pieces_from_bytes([bytes(e["bytes"]) for e in content])
+    else:
+        out.tokens = [str(e.get("token", "")) for e in content]
+    out.logprobs = [float(e.get("logprob", 0.0)) for e in content]
+    out.top = [{str(t["token"]): float(t["logprob"]) for t in e.get("top_logprobs") or []} for e in content]
 
 
 def _copy(g: Generation) -> Generation:
