@@ -90,7 +90,7 @@ class PromptConfig(_Section):
     # "builtin:hotpotqa", "builtin:2wikimultihopqa", or a JSON/JSONL file of {question, cot, answer}
     exemplars: str = "builtin:hotpotqa"
     fewshot: int = 8
-    template: str = "quco"  # prompt layout; see quco.prompts.templates
+    template: str | None = None  # prompt layout (see quco.prompts templates); None: the method's own
 
 
 class GenerationConfig(_Section):

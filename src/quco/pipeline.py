@@ -29,6 +29,26 @@ _GENERATORS: dict[str, Any] = {}
 _GENERATORS_LOCK = threading.Lock()
 
 
+def prompt_identity(config: PipelineConfig) -> dict[str, str]:
+    """The prompt a config resolves to: its layout's name and a hash of the exemplars and layout text.
+
+    Part of an evaluation run's identity, so that a run does not resume (or reuse traces) across a change of
+    the exemplar or template files even when the config itself is unchanged.
+    """
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    name = config.prompt.template or method_class(config.method).template
+    # read the files as they are now (the loaders' caches may hold an older version)
+    exemplars = load_exemplars.__wrapped__(config.prompt.exemplars)[: config.prompt.fewshot]
+    template = load_template.__wrapped__(name)
+    blob = json.dumps(
+        {"exemplars": [e.render() for e in exemplars], "template": asdict(template)}, sort_keys=True
+    )
+    return {"template": name, "sha256": hashlib.sha256(blob.encode("utf-8")).hexdigest()}
+
+
 def shared_generator(config: GeneratorConfig):  # noqa: ANN201 - a quco.llm.base.Generator
     """The generator for ``config``, loaded once per process."""
     from quco.llm import build_generator
@@ -70,10 +90,7 @@ class Pipeline:
         require(generator, method.needs, f"method '{method.name}'")
         text = build_text(config.text)
         exemplars = load_exemplars(config.prompt.exemplars)[: config.prompt.fewshot]
-        template_name = (
-            config.prompt.template if "template" in config.prompt.model_fields_set else method.template
-        )
-        template = load_template(template_name)
+        template = load_template(config.prompt.template or method.template)
 
         retriever = corpus_stats = None
         if method.uses_retriever or method.uses_corpus_stats:

@@ -83,6 +83,8 @@ def _resolve_target(
         target = load_config(target, overrides=overrides)
     elif overrides:
         raise QucoError("overrides apply to a config file or PipelineConfig, not to a built pipeline")
+    from quco.pipeline import prompt_identity
+
     if isinstance(target, PipelineConfig):
         cfg = target
 
@@ -93,12 +95,16 @@ def _resolve_target(
             return pipe.answer, pipe
 
         return _Target(
-            {"pipeline": cfg.model_dump(mode="json")}, build, cfg.method, cfg, cfg.generator.backend
+            {"pipeline": cfg.model_dump(mode="json"), "prompt": prompt_identity(cfg)},
+            build,
+            cfg.method,
+            cfg,
+            cfg.generator.backend,
         )
     pipe_cfg = getattr(target, "config", None)
     if hasattr(target, "answer") and isinstance(pipe_cfg, PipelineConfig):  # a built Pipeline
         return _Target(
-            {"pipeline": pipe_cfg.model_dump(mode="json")},
+            {"pipeline": pipe_cfg.model_dump(mode="json"), "prompt": prompt_identity(pipe_cfg)},
             lambda: (target.answer, target),
             pipe_cfg.method,
             pipe_cfg,
@@ -284,6 +290,8 @@ def _recorded_traces(run_dir: str | Path, identity: dict[str, Any]) -> dict[str,
     src = load_run(run_dir)
     theirs = {k: v for k, v in src.config.items() if k not in _SELECTION_KEYS and k != "reprompt"}
     ours = {k: v for k, v in identity.items() if k != "reprompt"}
+    if "prompt" not in theirs:  # a run written before prompt fingerprints
+        ours = _legacy_identity(ours)
     diffs = _differences(theirs, json.loads(json.dumps(ours, default=str)))
     if diffs:
         shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
@@ -314,6 +322,18 @@ def _json_default(value: Any) -> Any:
 _SELECTION_KEYS = ("config_hash", "label", "created", "updated", "selection")
 
 
+def _legacy_identity(identity: dict[str, Any]) -> dict[str, Any]:
+    """The identity as runs wrote it before the prompt fingerprint (and before the template default was None)."""
+    old = {k: v for k, v in identity.items() if k != "prompt"}
+    pipeline = old.get("pipeline")
+    if isinstance(pipeline, dict) and isinstance(pipeline.get("prompt"), dict):
+        prompt = dict(pipeline["prompt"])
+        if prompt.get("template") is None:
+            prompt["template"] = "quco"
+        old["pipeline"] = {**pipeline, "prompt": prompt}
+    return old
+
+
 def _check_or_write_config(
     out: Path, identity: dict[str, Any], config_hash: str, selection: dict[str, Any], label: str | None
 ) -> None:
@@ -322,7 +342,12 @@ def _check_or_write_config(
     created = now
     if path.is_file():
         stored = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        if stored.get("config_hash") != config_hash:
+        legacy = stored.get("config_hash") == _hash(_legacy_identity(identity)) and "prompt" not in stored
+        if legacy:  # written before prompts were part of the identity: resumed, and left as it was written
+            log.info("%s was written before prompt fingerprints; resuming without checking the prompt", out)
+            identity = {k: v for k, v in stored.items() if k not in _SELECTION_KEYS}
+            config_hash = stored["config_hash"]
+        elif stored.get("config_hash") != config_hash:
             old = {k: v for k, v in stored.items() if k not in _SELECTION_KEYS}
             diffs = _differences(old, identity) or ["(unknown fields)"]
             shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")

@@ -114,8 +114,9 @@ class PipelinePool:
         ):
             return Pipeline.from_config(cfg, progress=False)  # needs parts the base did not build
         require(base.parts.generator, m.needs, f"method '{m.name}'")
-        template = cfg.prompt.template if "template" in cfg.prompt.model_fields_set else m.template
-        parts = replace(base.parts, config=cfg, template=load_template(template), extras={})
+        parts = replace(
+            base.parts, config=cfg, template=load_template(cfg.prompt.template or m.template), extras={}
+        )
         m.setup(parts)
         return Pipeline(cfg, m, parts)
 
