@@ -218,10 +218,16 @@ def _plot_frequency(runs: Sequence[Run]) -> str | None:
 def _plot_em_by_retrievals(runs: Sequence[Run]) -> str:
     fig = _figure(8, 3.4, "EM by retrievals per question")
     ax = fig.add_subplot(1, 1, 1)
-    for run in runs:
-        groups = em_by_cost(run, "retrievals")
+    per_run = {run.name: em_by_cost(run, "retrievals") for run in runs}
+    # one numeric axis shared by all runs (a categorical axis would order groups by first appearance)
+    labels = sorted(
+        {g[0] for groups in per_run.values() for g in groups}, key=lambda s: float(s.split("-")[0])
+    )
+    where = {label: i for i, label in enumerate(labels)}
+    for name, groups in per_run.items():
         if groups:
-            ax.plot([g[0] for g in groups], [g[2] * 100 for g in groups], marker="o", label=run.name)
+            ax.plot([where[g[0]] for g in groups], [g[2] * 100 for g in groups], marker="o", label=name)
+    ax.set_xticks(range(len(labels)), labels)
     ax.set_xlabel("retrievals for the question")
     ax.set_ylabel("EM (%)")
     ax.grid(alpha=0.3)
