@@ -114,6 +114,7 @@ def test_answer_reprompt_is_counted(tmp_path: Path, overrides: dict[str, Any]) -
 def test_reprompt_from_recorded_traces_equals_a_fresh_reprompted_run(
     tmp_path: Path, overrides: dict[str, Any]
 ) -> None:
+    from quco.errors import QucoError
     from quco.eval.runs import RunError
 
     short = {**overrides, "generation.max_new_tokens": 4}  # too short to state an answer: all re-prompted
@@ -142,6 +143,8 @@ def test_reprompt_from_recorded_traces_equals_a_fresh_reprompted_run(
         run_eval(
             other, "hotpotqa", limit=2, out_dir=tmp_path / "x", reprompt=True, traces_from=tmp_path / "plain"
         )
+    with pytest.raises(QucoError, match="pass --reprompt with it"):
+        run_eval(cfg, "hotpotqa", limit=2, out_dir=tmp_path / "z", traces_from=tmp_path / "plain")
     with pytest.raises(RunError, match="used the answer re-prompt"):
         run_eval(
             cfg, "hotpotqa", limit=2, out_dir=tmp_path / "y", reprompt=True, traces_from=tmp_path / "fresh"

@@ -477,6 +477,8 @@ def run_eval(
     """
     if workers < 1:
         raise QucoError(f"workers must be >= 1, got {workers}")
+    if traces_from is not None and not reprompt:
+        raise QucoError("--traces-from adds the answer re-prompt to a finished run; pass --reprompt with it")
     start = time.perf_counter()
     ref = resolve_dataset(dataset)
     examples = load_dataset(dataset, limit=limit, offset=offset, sample=sample, seed=seed)
