@@ -232,9 +232,7 @@ def _wait_for_lines(out: Path, n: int, proc: subprocess.Popen[bytes], timeout: f
 
 
 def test_kill_9_and_ctrl_c_then_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
-    # 80 questions at 50 ms each: after the signal point there are seconds of work left, so a loaded machine
-    # that polls late still interrupts a running process (with 30, a starved poller once saw it finish).
-    limit = 80
+    limit = 30
     whole = tmp_path / "whole"
     proc = _start(whole, limit)
     assert proc.wait(timeout=120) == 0, proc.stderr.read().decode()[-2000:]
@@ -263,5 +261,8 @@ def test_kill_9_and_ctrl_c_then_resume_equals_an_uninterrupted_run(tmp_path: Pat
 
 
 if __name__ == "__main__":
+    # A child of a background job inherits SIGINT as ignored, and Python then never raises KeyboardInterrupt:
+    # restore the default handler so that the test's Ctrl-C reaches the runner wherever the suite runs.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     out_dir, n = sys.argv[1], int(sys.argv[2])
     run_eval(toy_answer, "hotpotqa", limit=n, out_dir=out_dir, progress=False)
