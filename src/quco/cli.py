@@ -88,6 +88,10 @@ SetOpt = Annotated[
 ]
 MethodOpt = Annotated[str | None, typer.Option("--method", "-m", help="Method name (see `quco methods`).")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
+# Options shared by the `quco index` subcommands.
+CorpusOpt = Annotated[str, typer.Option("--corpus", help="JSONL/TSV corpus, or 'wiki-summaries'.")]
+IndexOutOpt = Annotated[Path | None, typer.Option("--out", help="Index directory (default: the cache).")]
+OnErrorOpt = Annotated[str, typer.Option(help="On a bad corpus line: 'stop' or 'skip'.")]
 
 
 def _build_pipeline(config: Path | None, method: str | None, sets: list[str] | None):  # noqa: ANN202
@@ -161,7 +165,7 @@ def index_all(
     corpus: Annotated[
         str | None, typer.Option("--corpus", help="JSONL/TSV corpus (id, text, title), or 'wiki-summaries'.")
     ] = None,
-    on_error: Annotated[str, typer.Option(help="On a bad corpus line: 'stop' or 'skip'.")] = "stop",
+    on_error: OnErrorOpt = "stop",
     tokenizer: Annotated[
         str, typer.Option(help="Corpus-statistics tokenizer: wordpiece, bytes, or a file.")
     ] = "wordpiece",
@@ -221,11 +225,9 @@ def _index_stats(corpus: str, out_dir: Path | None, tokenizer: str, on_error: st
 @index_app.command("bm25")
 @friendly_errors
 def index_bm25(
-    corpus: Annotated[str, typer.Option("--corpus", help="JSONL/TSV corpus, or 'wiki-summaries'.")],
-    out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Index directory (default: the cache).")
-    ] = None,
-    on_error: Annotated[str, typer.Option(help="On a bad corpus line: 'stop' or 'skip'.")] = "stop",
+    corpus: CorpusOpt,
+    out_dir: IndexOutOpt = None,
+    on_error: OnErrorOpt = "stop",
     verbose: VerboseOpt = False,
 ) -> None:
     """Build the BM25 retrieval index of a corpus."""
@@ -236,14 +238,12 @@ def index_bm25(
 @index_app.command("stats")
 @friendly_errors
 def index_stats_cmd(
-    corpus: Annotated[str, typer.Option("--corpus", help="JSONL/TSV corpus, or 'wiki-summaries'.")],
-    out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Index directory (default: the cache).")
-    ] = None,
+    corpus: CorpusOpt,
+    out_dir: IndexOutOpt = None,
     tokenizer: Annotated[
         str, typer.Option(help="wordpiece (default), bytes, or a tokenizers JSON file.")
     ] = "wordpiece",
-    on_error: Annotated[str, typer.Option(help="On a bad corpus line: 'stop' or 'skip'.")] = "stop",
+    on_error: OnErrorOpt = "stop",
     verbose: VerboseOpt = False,
 ) -> None:
     """Build a local Infini-gram index (corpus statistics) of a corpus."""
@@ -254,14 +254,12 @@ def index_stats_cmd(
 @index_app.command("dense")
 @friendly_errors
 def index_dense_cmd(
-    corpus: Annotated[str, typer.Option("--corpus", help="JSONL/TSV corpus, or 'wiki-summaries'.")],
-    out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Index directory (default: the cache).")
-    ] = None,
+    corpus: CorpusOpt,
+    out_dir: IndexOutOpt = None,
     model: Annotated[
         str, typer.Option(help="sentence-transformers model (default: the bundled MiniLM).")
     ] = "all-MiniLM-L6-v2",
-    on_error: Annotated[str, typer.Option(help="On a bad corpus line: 'stop' or 'skip'.")] = "stop",
+    on_error: OnErrorOpt = "stop",
     verbose: VerboseOpt = False,
 ) -> None:
     """Build a dense (sentence-transformers + FAISS) index of a corpus, embeddings stored once and memory-mapped."""

@@ -41,9 +41,8 @@ class GeneratorConfig(_Section):
     max_retries: int = 3  # on connection errors, timeouts, 429 and 5xx, with exponential backoff
     concurrency: int = 4  # requests in flight at once from this process
     chat: bool = False  # False: /v1/completions with the raw prompt; True: /v1/chat/completions
-    top_logprobs: int = (
-        5  # alternatives per token when logprobs are asked for (entropy is estimated from them)
-    )
+    # alternatives per token when logprobs are asked for (entropy is estimated from them)
+    top_logprobs: int = 5
 
 
 class RetrieverConfig(_Section):

@@ -111,10 +111,8 @@ def require(generator: Generator, needs: Iterable[Capability], who: str) -> None
         )
 
 
-def prompt_budget(
-    max_context_tokens: int, max_new_tokens: int, n: int, temperature: float, top_p: float, top_k: int
-) -> int:
-    """Validate a generation request; return how many prompt tokens fit beside the generated ones."""
+def validate_request(max_new_tokens: int, n: int, temperature: float, top_p: float, top_k: int) -> None:
+    """Refuse a generation request no backend can serve (every backend calls this first)."""
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     if n < 1:
@@ -124,6 +122,13 @@ def prompt_budget(
             f"invalid sampling settings temperature={temperature}, top_p={top_p}, top_k={top_k}; "
             "use temperature >= 0, 0 < top_p <= 1, top_k >= 0"
         )
+
+
+def prompt_budget(
+    max_context_tokens: int, max_new_tokens: int, n: int, temperature: float, top_p: float, top_k: int
+) -> int:
+    """Validate a generation request; return how many prompt tokens fit beside the generated ones."""
+    validate_request(max_new_tokens, n, temperature, top_p, top_k)
     budget = max_context_tokens - max_new_tokens
     if budget < 2:
         raise InputError(

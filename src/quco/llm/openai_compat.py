@@ -25,7 +25,7 @@ import httpx
 
 from quco.config import GeneratorConfig
 from quco.errors import CapabilityError, ConfigError, InputError, QucoError
-from quco.llm.base import Analysis, Capability, Generation
+from quco.llm.base import Analysis, Capability, Generation, validate_request
 
 logger = logging.getLogger(__name__)
 
@@ -445,15 +445,7 @@ class OpenAICompatGenerator:
 
         ``entropy=True`` returns entropies approximated from the top-k logprobs (``ENTROPY_APPROX``).
         """
-        if max_new_tokens < 1:
-            raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-        if n < 1:
-            raise InputError(f"n (number of samples) must be at least 1, got {n}")
-        if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
-            raise InputError(
-                f"invalid sampling settings temperature={temperature}, top_p={top_p}, top_k={top_k}; "
-                "use temperature >= 0, 0 < top_p <= 1, top_k >= 0"
-            )
+        validate_request(max_new_tokens, n, temperature, top_p, top_k)
         if entropy and self.top_logprobs == 0:
             raise CapabilityError(
                 "entropy needs top-k logprobs, but generator.top_logprobs is 0; set it to 5 or more"
