@@ -540,6 +540,17 @@ def test_check_counts_every_sample_and_judge_call(pipe, hotpot_rows: list[dict],
     # Same seed, same question, same prefix: the same samples again (a rerun is reproducible).
     assert method.sample(draft, question, ctx) == sig["samples"]
     assert counters.llm_calls["sampler"] == 2 * N
+    # Stopping samples after their first sentence gives the same samples (fewer tokens: see the next test).
+    gen_cfg = pipe.parts.config.generation
+    budget, gen_cfg.max_new_tokens = gen_cfg.max_new_tokens, 64  # room for a second sentence
+    try:
+        got = {
+            stop: _use(pipe, sentence_tokens=64, sample_stop=stop).sample(draft, question, ctx)
+            for stop in ("length", "sentence")
+        }
+    finally:
+        gen_cfg.max_new_tokens = budget
+    assert got["sentence"] == got["length"]
 
     # The judge on real sentences, both scoring modes: every judgement is counted as it is made.
     a, b = real_sentences["Scott Derrickson"], real_sentences["Tyler Bates"]
@@ -551,7 +562,49 @@ def test_check_counts_every_sample_and_judge_call(pipe, hotpot_rows: list[dict],
     by_token = _use(pipe, similarity="judge", judge_scoring="generate")._judge(ctx).scores([a, b])
     assert by_token.model_calls == 2 and counters.llm_calls["judge"] == 4 + 2
     assert ((by_token.entail >= 0) & (by_token.entail <= 1)).all()
-    assert counters.llm_calls == {"main": 1, "sampler": 2 * N, "judge": 6}
+    assert counters.llm_calls == {"main": 1, "sampler": 4 * N, "judge": 6}
+
+
+def test_first_sentence_done_waits_for_a_whole_word_of_the_next_sentence():
+    from quco.methods.blackbox import first_sentence_done
+    from quco.text.sentences import SpacySentenceSplitter
+
+    splitter = SpacySentenceSplitter()
+    calls: list[str] = []
+
+    def split(text: str) -> list[str]:
+        calls.append(text)
+        return splitter.split(text)
+
+    def stops_at(text: str) -> str | None:
+        done, grown = first_sentence_done(split), ""
+        for word in text.split(" "):
+            grown += " " + word
+            if done(grown):
+                return grown
+        return None
+
+    assert stops_at("He was born in 1950. So the answer is yes.") == " He was born in 1950. So the"
+    assert calls == ["He was born in 1950. So"]  # the splitter runs only once a boundary has a word after it
+    # abbreviations and initials are not boundaries: the sentence goes on
+    assert stops_at("Edward L. Cahn directed it. The film") == " Edward L. Cahn directed it. The film"
+    assert stops_at("Dr. Smith was born in the U.S. Army base in Ohio. He") is None
+    assert stops_at("Paris\nThe") == " Paris\nThe"  # a new line ends the first line's sentence
+    assert not first_sentence_done(split)("\n ")
+
+
+@pytest.mark.model
+def test_sentence_stop_keeps_the_first_sentences_and_saves_tokens(pipe):
+    from quco.methods.blackbox import first_sentence_done
+
+    split = pipe.parts.text.splitter.split
+    prompt = "Question: Were Scott Derrickson and Ed Wood of the same nationality?\nAnswer:"
+    kw = dict(max_new_tokens=40, temperature=1.0, n=4, seed=3, stop=["\n"])
+    full = pipe.parts.generator.generate(prompt, **kw)
+    short = pipe.parts.generator.generate(prompt, stop_when=first_sentence_done(split), **kw)
+    assert [split(g.text)[0] for g in short] == [split(g.text)[0] for g in full]
+    assert any(len(split(g.text)) > 1 for g in full)  # some samples went on past their first sentence ...
+    assert sum(len(g.token_ids) for g in short) < sum(len(g.token_ids) for g in full)  # ... and now stop
 
 
 @pytest.mark.model

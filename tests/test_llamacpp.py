@@ -102,6 +102,26 @@ def test_reproducible_mode_does_not_depend_on_earlier_prompts(local: LlamaCppGen
     assert again == [first, first]
 
 
+def test_samples_share_the_prompt_cache_stay_reproducible_and_stop_when_asked(
+    local: LlamaCppGenerator,
+) -> None:
+    """Samples after the first re-run only the prompt's last token; the result depends on the prompt alone."""
+    kw = {"max_new_tokens": 12, "temperature": 1.0, "n": 4, "seed": 5}
+    first = [g.text for g in local.generate(PROMPT, **kw)]
+    local.generate("Question: Who wrote Hamlet?\nAnswer:", max_new_tokens=4)
+    assert [g.text for g in local.generate(PROMPT, **kw)] == first
+    assert len(set(first)) > 1
+
+    def three_words(text: str) -> bool:
+        return len(text.split()) >= 3
+
+    short = local.generate(PROMPT, stop_when=three_words, **kw)
+    for g, full in zip(short, first, strict=True):
+        assert full.startswith(g.text), (g.text, full)  # same draws, ended early, nothing cut
+        if len(full.split()) > 3:
+            assert g.finish_reason == "stop" and len(g.text.split()) == 3 and len(g.token_ids) < 12
+
+
 def test_server_logprobs_equal_in_process_logprobs(
     mirror: LlamaCppGenerator, remote: OpenAICompatGenerator
 ) -> None:

@@ -187,6 +187,21 @@ def test_seeded_samples_are_reproducible_and_diverse(gen: hf.HFGenerator) -> Non
 
 
 @pytest.mark.model
+def test_stop_when_ends_each_sample_where_it_says(gen: hf.HFGenerator) -> None:
+    kw = dict(max_new_tokens=10, temperature=1.0, n=3, seed=21)
+    full = gen.generate(EIFFEL, **kw)
+
+    def three_words(text: str) -> bool:
+        return len(text.split()) >= 3
+
+    short = gen.generate(EIFFEL, stop_when=three_words, **kw)
+    for s, f in zip(short, full, strict=True):
+        assert f.text.startswith(s.text) and f.token_ids[: len(s.token_ids)] == s.token_ids
+        if len(f.text.split()) > 3:
+            assert s.finish_reason == "stop" and len(s.text.split()) == 3 and len(s.token_ids) < 10
+
+
+@pytest.mark.model
 def test_analyze_shapes(gen: hf.HFGenerator, hotpot_dev: list[dict]) -> None:
     text = hotpot_dev[0]["context_paragraphs"][0]["text"]
     a = gen.analyze(text, attention_layer=-1, hidden_layers=(0, 5, -1), scores=True)

@@ -6,7 +6,7 @@ mismatch fails before any question is asked, naming the missing capability and a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
@@ -65,6 +65,12 @@ class Analysis:
     entropies: list[float] | None = None  # entropy of the distribution that predicted token i
 
 
+# A predicate over the text generated so far, checked after each token by backends that decode token by token
+# ('hf', 'llamacpp'): True ends that sequence there (finish_reason "stop", nothing cut). A server cannot run it,
+# so the 'openai' backend generates to its other limits: callers use it to save tokens, never to cut text.
+StopWhen = Callable[[str], bool]
+
+
 @runtime_checkable
 class Generator(Protocol):
     """What every LLM backend offers. Unsupported requests raise ``CapabilityError``."""
@@ -88,6 +94,7 @@ class Generator(Protocol):
         seed: int | None = None,
         logprobs: bool = False,
         entropy: bool = False,
+        stop_when: StopWhen | None = None,
     ) -> list[Generation]: ...
 
     def analyze(

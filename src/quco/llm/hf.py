@@ -25,7 +25,7 @@ from typing import Any
 
 from quco.config import GeneratorConfig
 from quco.errors import ConfigError, QucoError
-from quco.llm.base import Analysis, Capability, Generation, prompt_budget
+from quco.llm.base import Analysis, Capability, Generation, StopWhen, prompt_budget
 from quco.paths import cache_dir
 
 # OpenMP threads that spin while they wait for each other make generation 10-15x slower whenever the cores
@@ -475,6 +475,7 @@ class HFGenerator:
         seed: int | None = None,
         logprobs: bool = False,
         entropy: bool = False,
+        stop_when: StopWhen | None = None,
     ) -> list[Generation]:
         """Greedy (temperature 0) or sampled continuations of a raw text prompt (no chat template).
 
@@ -491,7 +492,7 @@ class HFGenerator:
 
         with self._lock:
             rows = self._decode_loop(
-                ids, rows_n, max_new_tokens, stops, greedy, temperature, top_p, top_k, seed
+                ids, rows_n, max_new_tokens, stops, greedy, temperature, top_p, top_k, seed, stop_when
             )
         gens = [self._finish(row, stops, len(ids), truncated, logprobs, entropy) for row in rows]
         if greedy and n > 1:  # identical by definition; copies keep the caller's indexing simple
@@ -509,6 +510,7 @@ class HFGenerator:
         top_p: float,
         top_k: int,
         seed: int | None,
+        stop_when: StopWhen | None = None,
     ) -> list[_Row]:
         """Prefill once, copy the cache per sample, then decode step by step until every row has finished."""
         cache = DynamicCache(config=self.model.config)
@@ -536,9 +538,10 @@ class HFGenerator:
                 row.ids.append(tok)
                 row.logprobs.append(chosen_lp[r])
                 row.entropies.append(ent[r])
-                if stops:  # stop as soon as the decoded text holds a stop string; _finish cuts it off
+                if stops or stop_when is not None:
                     text = self.tokenizer.decode(row.ids, skip_special_tokens=True)
-                    if any(s in text for s in stops):
+                    # a stop string ends the row and _finish cuts it off; stop_when ends it where it is
+                    if any(s in text for s in stops) or (stop_when is not None and stop_when(text)):
                         row.finish = "stop"
             if all(row.finish is not None for row in rows) or step == max_new_tokens - 1:
                 break

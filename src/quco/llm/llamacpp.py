@@ -22,7 +22,7 @@ import numpy as np
 
 from quco.config import GeneratorConfig
 from quco.errors import CapabilityError, ConfigError, QucoError
-from quco.llm.base import Analysis, Capability, Generation, prompt_budget
+from quco.llm.base import Analysis, Capability, Generation, StopWhen, prompt_budget
 from quco.paths import cache_dir
 
 logger = logging.getLogger(__name__)
@@ -221,6 +221,7 @@ class LlamaCppGenerator:
         seed: int | None = None,
         logprobs: bool = False,
         entropy: bool = False,
+        stop_when: StopWhen | None = None,
     ) -> list[Generation]:
         """Greedy (temperature 0) or sampled continuations of a raw text prompt.
 
@@ -241,8 +242,20 @@ class LlamaCppGenerator:
                     self.llama.set_seed(
                         (seed + k) if seed is not None else int.from_bytes(os.urandom(4), "little")
                     )
+                # Samples after the first reuse the prompt's cache and re-run only its last token.
                 samples.append(
-                    self._one(ids, max_new_tokens, stops, temperature, top_p, top_k, want, logprobs)
+                    self._one(
+                        ids,
+                        max_new_tokens,
+                        stops,
+                        temperature,
+                        top_p,
+                        top_k,
+                        want,
+                        logprobs,
+                        stop_when,
+                        k > 0,
+                    )
                 )
         gens = [
             Generation(
@@ -272,6 +285,8 @@ class LlamaCppGenerator:
         top_k: int,
         want_scores: bool,
         want_top: bool,
+        stop_when: StopWhen | None = None,
+        same_prompt: bool = False,
     ) -> _Sample:
         llama_cpp = self._llama_cpp
         capture = _Capture() if want_scores else None
@@ -280,7 +295,8 @@ class LlamaCppGenerator:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         out = _Sample()
         text = ""
-        self._align_cache(ids)
+        if not (same_prompt and self._reuse_prompt(ids)):
+            self._align_cache(ids)
         for token in self.llama.generate(
             ids,
             temp=temperature,
@@ -306,6 +322,9 @@ class LlamaCppGenerator:
             if stops and any(s in text for s in stops):
                 out.finish = "stop"
                 break
+            if stop_when is not None and stop_when(text):
+                out.finish = "stop"
+                break
             if len(out.ids) >= max_new_tokens:
                 break
         tail = decoder.decode(b"", final=True)
@@ -318,6 +337,20 @@ class LlamaCppGenerator:
                 _cut(out, cut)
                 out.finish = "stop"
         return out
+
+    def _reuse_prompt(self, ids: list[int]) -> bool:
+        """Keep the cache of a prompt this call has just evaluated, except its last token (run again for fresh
+        logits). The result depends only on ``ids``, so reproducible mode holds; False if it is not cached."""
+        llama = self.llama
+        if llama.n_tokens < len(ids) or len(ids) < 2:
+            return False
+        cached = llama._input_ids
+        if any(int(cached[i]) != t for i, t in enumerate(ids)):
+            return False
+        llama.n_tokens = len(ids) - 1
+        # the last token's cache now comes from a one-token batch: never reuse it as a canonical position
+        self._canonical = min(self._canonical, ((len(ids) - 1) // llama.n_batch) * llama.n_batch)
+        return True
 
     def _align_cache(self, ids: list[int]) -> None:
         """Cut the cached prefix back to whole batches, so that the prompt is evaluated as if fresh."""

@@ -25,7 +25,7 @@ import httpx
 
 from quco.config import GeneratorConfig
 from quco.errors import CapabilityError, ConfigError, InputError, QucoError
-from quco.llm.base import Analysis, Capability, Generation, validate_request
+from quco.llm.base import Analysis, Capability, Generation, StopWhen, validate_request
 
 logger = logging.getLogger(__name__)
 
@@ -440,11 +440,13 @@ class OpenAICompatGenerator:
         seed: int | None = None,
         logprobs: bool = False,
         entropy: bool = False,
+        stop_when: StopWhen | None = None,
     ) -> list[Generation]:
         """Greedy or sampled continuations of a raw text prompt (sent as one user message in chat mode).
 
         ``entropy=True`` returns entropies approximated from the top-k logprobs (``ENTROPY_APPROX``).
         """
+        del stop_when  # a predicate cannot run on the server: generation ends at the other limits
         validate_request(max_new_tokens, n, temperature, top_p, top_k)
         if entropy and self.top_logprobs == 0:
             raise CapabilityError(

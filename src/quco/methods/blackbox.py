@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -84,9 +85,38 @@ class BlackBoxParams(MethodParams):
     # judgement, exact); "generate" reads one generated token (one call; exact only with top alternatives).
     judge_scoring: Literal["forced", "generate"] = "forced"
     record_samples: bool = True  # put the sampled sentences into the trace
+    # "sentence": a sample stops once its first sentence is complete (only that sentence is scored), which
+    # saves the tokens after it; "length": every sample runs to sentence_tokens, as the draft does.
+    sample_stop: Literal["sentence", "length"] = "sentence"
 
 
 _WORD = re.compile(r"\w")
+# A sentence-final mark, then one whole word of what follows: only then can the first sentence be complete.
+_BOUNDARY = re.compile(r"[.!?][\"')\]]*\s+\S+\s")
+
+
+def first_sentence_done(split: Callable[[str], list[str]]) -> Callable[[str], bool]:
+    """A ``stop_when`` predicate: True once ``split`` finds a second sentence (or a new line follows text).
+
+    The splitter only runs after a boundary followed by a whole word, once per distinct text, so a sample
+    costs a few splitter calls. The first sentence it stops on is the one the full sample would give,
+    up to the splitter seeing one word of the next sentence instead of all of it.
+    """
+    checked: dict[str, bool] = {}  # by text: one predicate serves all samples of a call, interleaved or not
+
+    def done(text: str) -> bool:
+        head = text.lstrip()
+        if "\n" in head:  # the first line, and so its first sentence, is complete
+            return True
+        cut = max(head.rfind(" "), head.rfind("\t")) + 1  # whole words only: the last one may still grow
+        if cut <= 1 or not _BOUNDARY.search(head[:cut]):
+            return False
+        words = head[:cut].rstrip()
+        if words not in checked:
+            checked[words] = len(split(words)) >= 2
+        return checked[words]
+
+    return done
 
 
 def _seed(base: int, question: str, prefix: str) -> int:
@@ -180,6 +210,7 @@ class BlackBoxRAG(Method):
         parts = ctx.parts
         prompt = draft.prompt or build_prompt(question, parts.exemplars, parts.template, prefix=draft.prefix)
         remaining = max(1, parts.config.generation.max_new_tokens - ctx.count_tokens(draft.prefix))
+        split = parts.text.splitter.split
         gens = ctx.generate(
             prompt,
             role=SAMPLER_ROLE,
@@ -189,8 +220,8 @@ class BlackBoxRAG(Method):
             top_p=p.top_p,
             top_k=p.top_k,
             seed=_seed(p.seed, question, draft.prefix),
+            stop_when=first_sentence_done(split) if p.sample_stop == "sentence" else None,
         )
-        split = parts.text.splitter.split
         samples = []
         for gen in gens:
             sentences = split(gen.text)
