@@ -453,6 +453,28 @@ def test_random_trigger_draws_are_seeded_per_question(
     assert matched.pipe.method.p == rate.per_candidate and 0 < rate.per_candidate <= 1
 
 
+def test_random_trigger_with_the_black_box_loop(build: Any, hotpot_dev: list[dict]) -> None:
+    """unit: sentence = one check per drafted sentence, the temporary sentence dropped and searched with."""
+    bundle = build("random", {"p": 0.5, "seed": 1, "unit": "sentence", "sentence_tokens": 16})
+    assert bundle.pipe.method.unit == "sentence" and bundle.pipe.method.draft_docs
+    fired = 0
+    for run in answer_all(bundle, hotpot_dev[:2]):
+        check_common(run)
+        steps = generate_steps(run)
+        for i, step in enumerate(steps):
+            trig = step.signals["trigger"]
+            assert trig["candidates"] == [i]  # one candidate per check, every sentence (answer too)
+            assert trig["scores"] == [round(uniform_draw(1, run.question, i), 6)]
+            if step.decision == "retrieve":
+                fired += 1
+                assert trig["scores"][0] < 0.5 and step.queries == [step.draft]
+                assert step.kept.split()[:1] == step.regenerated.split()[:1]  # the regenerated sentence
+            else:
+                assert trig["scores"][0] >= 0.5 and step.kept == step.draft
+        assert bundle.log.max_new_tokens and max(bundle.log.max_new_tokens) <= 16
+    assert fired > 0
+
+
 # -- SeaKR ----------------------------------------------------------------------------------------------------
 
 

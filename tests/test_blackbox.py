@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from quco.blackbox import (
     EmbeddingSimilarity,
@@ -445,6 +446,8 @@ def test_every_blackbox_config_is_valid():
     from quco.methods import method_class
 
     configs = sorted((Path(__file__).resolve().parents[1] / "configs" / "blackbox").glob("*.yaml"))
+    control = load_config(configs.pop(configs.index(configs[0].parent / "random-sentence.yaml")))
+    assert control.method == "random" and control.params["unit"] == "sentence"
     assert len(configs) == 17  # 4 estimators x 4 similarities + lexical similarity
     for path in configs:
         cfg = load_config(path)
@@ -698,6 +701,32 @@ def test_calibrate_from_a_recorded_pass_matches_fresh_passes(pipe, tmp_path: Pat
         scores, questions, span = scores_from_run(run_dir, config(estimator=estimator))
         assert (questions, span) == (1, "0:1")
         assert scores == pytest.approx(fresh.scores, abs=1e-6) and len(scores) >= 1  # traces keep 6 decimals
+
+    # A pass recorded in two parts calibrates as one (the command takes --from-run once per part).
+    from typer.testing import CliRunner
+
+    from quco.config import load_config
+    from quco.eval.calibrate import calibrate_app, threshold_for_rate
+
+    _use(pipe, estimator="eig_val_laplacian", similarity="jaccard", threshold=math.inf)
+    second = tmp_path / "pass-2"
+    run_eval(pipe, "hotpotqa", offset=1, limit=1, out_dir=second, progress=False)
+    cfg_file, written = tmp_path / "eigv.yaml", tmp_path / "calibrated.yaml"
+    cfg_file.write_text(yaml.safe_dump(config().model_dump(mode="json")), encoding="utf-8")
+    parts = [scores_from_run(d, config())[0] for d in (run_dir, second)]
+    out = CliRunner().invoke(
+        calibrate_app,
+        ["-c", str(cfg_file), "--from-run", str(run_dir), "--from-run", str(second), "--out", str(written)],
+    )
+    assert out.exit_code == 0, out.output
+    theta = threshold_for_rate(parts[0] + parts[1], 0.5)
+    assert (
+        f"threshold {theta:.6g}" in out.output
+        and f"{len(parts[0]) + len(parts[1])} checks of 2" in out.output
+    )
+    note = written.read_text(encoding="utf-8")
+    assert "questions 0:1 (recorded pass pass), 1:2 (recorded pass pass-2)" in note
+    assert load_config(written).params["threshold"] == pytest.approx(theta)
 
     with pytest.raises(QucoError, match="n_samples"):
         scores_from_run(run_dir, config(n_samples=N + 1))

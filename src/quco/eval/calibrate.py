@@ -229,7 +229,7 @@ def calibrate(
 
 # Parameters that decide which samples a black-box check draws: a recorded pass can stand in for another
 # config's pass only when these (and the generator, prompt and generation settings) are the same.
-_SAMPLING_PARAMS = ("n_samples", "temperature", "top_p", "top_k", "seed", "sentence_tokens")
+_SAMPLING_PARAMS = ("n_samples", "temperature", "top_p", "top_k", "seed", "sentence_tokens", "sample_stop")
 
 
 def scores_from_run(run_dir: str | Path, config: Any) -> tuple[list[float], int, str]:
@@ -321,11 +321,12 @@ def calibrate_command(
         list[str] | None, typer.Option("--set", help="Override a config field, e.g. params.n_samples=4.")
     ] = None,
     from_run: Annotated[
-        Path | None,
+        list[Path] | None,
         typer.Option(
             "--from-run",
             help="Black-box only: re-score the samples of a recorded never-retrieving pass (a `quco eval` "
-            "run with params.threshold=.inf) instead of running the model; target 'rate' only.",
+            "run with params.threshold=.inf) instead of running the model; target 'rate' only. Repeat it "
+            "for a pass recorded in parts.",
         ),
     ] = None,
 ) -> None:
@@ -343,10 +344,16 @@ def calibrate_command(
                 raise QucoError("--from-run calibrates to a target rate only (EM needs runs with retrieval)")
             from quco.config import load_config
 
-            scores, n_questions, span = scores_from_run(from_run, load_config(config, overrides=overrides))
+            cfg = load_config(config, overrides=overrides)
+            scores, n_questions, spans = [], 0, []
+            for run_dir in from_run:
+                part, answered, span = scores_from_run(run_dir, cfg)
+                scores += part
+                n_questions += answered
+                spans.append(f"{span} (recorded pass {run_dir.name})")
             theta = threshold_for_rate(scores, rate)
             result = CalibrationResult(theta, "rate", n_questions, scores, fire_rate(scores, theta))
-            questions = f"{span} (recorded pass {from_run.name})"
+            questions = ", ".join(spans)
         else:
             result = calibrate(
                 config, dataset, offset, limit, target, rate, overrides=overrides, progress=True

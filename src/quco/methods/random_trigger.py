@@ -5,6 +5,10 @@ passages; at each candidate point (a sentence) fire with probability ``p``, or o
 keep the sentences before, retrieve, regenerate with the passages and keep the first sentence. The draws are a
 hash of (seed, question, candidate index), so a run is reproducible and independent of question order.
 ``match_run`` sets ``p`` to another run's observed retrievals per candidate point, read from its results file.
+
+With ``unit: sentence`` it runs the FLARE / black-box structure instead: draft one sentence (with the latest
+passages in the prompt), fire with probability ``p`` at each such check, retrieve with that temporary sentence
+and regenerate it. This is the control for the black-box triggers: the same loop, chance for the samples.
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ class RandomParams(MethodParams):
     every: int | None = Field(None, ge=1)
     query: Literal["sentence", "question", "forward_all"] = "sentence"
     scan_answer_sentence: bool = False  # as DRAGIN: the sentence stating the answer is no candidate
+    # "continuation": DRAGIN's structure (above); "sentence": the black-box structure, one check per drafted
+    # sentence, every sentence a candidate (the answer sentence too), query = the temporary sentence.
+    unit: Literal["continuation", "sentence"] = "continuation"
+    sentence_tokens: int = Field(64, ge=1)  # token cap of a drafted sentence (unit "sentence")
 
     @model_validator(mode="after")
     def _one_mode(self) -> RandomParams:
@@ -58,6 +66,14 @@ class RandomTrigger(Method):
     def __init__(self, params: dict[str, Any] | None = None) -> None:
         super().__init__(params)
         self.p = self.params.p
+        if self.params.unit == "sentence":  # the black-box loop (quco.methods.blackbox) without the samples
+            self.unit = "sentence"  # type: ignore[misc]
+            self.draft_docs = True  # type: ignore[misc]
+
+    def unit_tokens(self, ctx: RunContext) -> int:
+        if self.params.unit == "sentence":
+            return min(self.params.sentence_tokens, ctx.parts.config.generation.max_new_tokens)
+        return super().unit_tokens(ctx)
 
     def setup(self, parts: Any) -> None:
         if self.params.match_run:
@@ -84,7 +100,7 @@ class RandomTrigger(Method):
         sentences = draft.sentences
         scanned = []
         for si, sentence in enumerate(sentences):
-            if not p.scan_answer_sentence and has_answer(sentence):
+            if not p.scan_answer_sentence and p.unit == "continuation" and has_answer(sentence):
                 break
             scanned.append(si)
         # Candidate indices continue across the question's checks, so a schedule counts every sentence once.
@@ -104,7 +120,9 @@ class RandomTrigger(Method):
             return Check(fire=False, keep=draft.text, signals=signals, reason="no candidate point drawn")
         si = scanned[at]
         keep = " ".join(sentences[:si])
-        if p.query == "sentence":
+        if p.unit == "sentence":  # as the black-box check: drop the temporary sentence, search with it
+            keep, query = "", draft.text if p.query == "sentence" else question
+        elif p.query == "sentence":
             query = sentences[si]
         elif p.query == "question":
             query = question
