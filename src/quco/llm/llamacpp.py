@@ -253,8 +253,8 @@ class LlamaCppGenerator:
                         top_k,
                         want,
                         logprobs,
-                        stop_when,
-                        k > 0,
+                        stop_when=stop_when,
+                        same_prompt=k > 0,
                     )
                 )
         gens = [
@@ -344,8 +344,7 @@ class LlamaCppGenerator:
         llama = self.llama
         if llama.n_tokens < len(ids) or len(ids) < 2:
             return False
-        cached = llama._input_ids
-        if any(int(cached[i]) != t for i, t in enumerate(ids)):
+        if not np.array_equal(llama._input_ids[: len(ids)], ids):
             return False
         llama.n_tokens = len(ids) - 1
         # the last token's cache now comes from a one-token batch: never reuse it as a canonical position
