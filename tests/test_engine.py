@@ -111,7 +111,9 @@ def test_stage1_fires_on_rare_entities_and_retrieves_with_the_question(real_part
     assert before.stage == "before"
     counts = {r["entity"]: r["count"] for r in before.signals["entity_counts"]}
     assert "Scott Derrickson" in counts and counts["Scott Derrickson"] > 0
-    assert before.signals["mean_count"] < 100000
+    stage1 = before.triggers[0]
+    assert (stage1.signal, stage1.rule, stage1.param) == ("mean_entity_count", "below", "entity_threshold")
+    assert stage1.scores[0] < 100000 and stage1.fired
     assert before.decision == "retrieve" and before.queries == [QUESTION]
     assert {r.title for r in before.retrieved} & {"Scott Derrickson", "Ed Wood"}
     assert len(before.retrieved) == 3
@@ -127,7 +129,7 @@ def test_stage1_skips_when_entities_are_frequent_enough(real_parts) -> None:
     pipe, gen = make_pipeline(real_parts, "quco", ["So the answer is yes."], entity_threshold=1)
     trace = pipe.answer(QUESTION)
     before = trace.steps[0]
-    assert before.signals["mean_count"] >= 1
+    assert before.triggers[0].scores[0] >= 1 and not before.triggers[0].fired
     assert before.decision == "skip" and not before.retrieved
     assert "Background passages" not in gen.prompts[0]
     assert trace.counters.retrievals == 0
@@ -150,6 +152,10 @@ def test_stage2_flags_a_claim_with_zero_cooccurrence_then_keeps_first_regenerate
     for c in claims:
         assert c["flagged"] == (c["count"] < c["threshold"])
     assert flagged[0]["triplet"][0] == "Scott Derrickson" and flagged[0]["count"] == 0
+    # the typed records: the first judged sentence fires on its lowest co-occurrence (0 < 1)
+    cooc, head = step.triggers
+    assert (cooc.param, cooc.scores[0], cooc.fired_at) == ("cooccurrence_threshold", 0.0, 0)
+    assert head.param == "head_threshold"
     assert step.decision == "retrieve"
     assert step.queries[0].startswith("Scott Derrickson")
     assert step.kept == "Scott Derrickson was born in Denver."

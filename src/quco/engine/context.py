@@ -34,7 +34,10 @@ class Parts:
     retriever: Retriever | None = None
     corpus_stats: CorpusStats | None = None
     extractor_generator: Generator | None = None  # separate model for the LLM extractor, if configured
-    extras: dict[str, Any] = field(default_factory=dict)  # method-specific parts (e.g. a dense retriever)
+    # Retrievers a method searches besides the pipeline's, by name (DTR's dense index); the loop looks them up
+    # when a decision names one.
+    retrievers: dict[str, Retriever] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)  # other method-specific parts (a loaded model)
 
 
 @dataclass

@@ -8,7 +8,6 @@ work and return values, so they can be called from Python or another CLI as well
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -140,26 +139,24 @@ def report_command(runs: Sequence[Path], out_html: Path, baseline: int = 0) -> P
 
 
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``quco.cli.friendly_errors``, saying on Ctrl-C that the finished questions are saved."""
+    from quco.cli import friendly_errors
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except QucoError as exc:
-            err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err.print("interrupted; results so far are saved: run the same command again to resume")
             raise typer.Exit(130) from None
 
-    return wrapper
+    return friendly_errors(wrapper)
 
 
 def _logging(verbose: bool) -> None:
-    from rich.logging import RichHandler
+    from quco.cli import _setup_logging
 
-    handler = RichHandler(console=err, show_path=False, show_time=False, markup=False)
-    logging.basicConfig(level=logging.WARNING, handlers=[handler], format="%(message)s", force=True)
-    logging.getLogger("quco").setLevel(logging.DEBUG if verbose else logging.INFO)
+    _setup_logging(verbose)
 
 
 def _print_summary(summary: RunSummary) -> None:
@@ -310,3 +307,37 @@ def report_cli(
     _logging(False)
     path = report_command(runs, out_html, baseline)
     out.print(f"report written to {path}")
+
+
+@eval_app.command("trace-diff")
+@_friendly
+def trace_diff_cli(
+    run_a: Annotated[Path, typer.Argument(help="Run directory recorded first (e.g. before a change).")],
+    run_b: Annotated[Path, typer.Argument(help="Run directory recorded after it.")],
+    first: Annotated[
+        int | None, typer.Option(help="Only questions at dataset positions below N (e.g. 10).")
+    ] = None,
+    ignore: Annotated[
+        list[str] | None, typer.Option(help="A field to leave out, e.g. signals (repeatable).")
+    ] = None,
+    show: Annotated[int, typer.Option(help="Differences printed per question.")] = 20,
+) -> None:
+    """Compare two runs' decisions field by field (steps, trigger records, counters, answers); exit 1 if any differ."""
+    from quco.eval.identity import trace_diff
+
+    _logging(False)
+    diff = trace_diff(run_a, run_b, ignore or (), first)
+    for q in diff.questions:
+        if not q.differences:
+            continue
+        out.print(f"[bold]question {q.id}[/bold]: {len(q.differences)} differences", highlight=False)
+        for line in q.differences[:show]:
+            out.print(f"  {line}", highlight=False, soft_wrap=True)
+    out.print(
+        f"{diff.b} vs {diff.a}: {diff.identical} of {diff.compared} questions identical "
+        f"({diff.decisions} steps, {diff.fields} fields compared)"
+        + (f"; {diff.only_a} only in A, {diff.only_b} only in B" if diff.only_a or diff.only_b else ""),
+        highlight=False,
+    )
+    if not diff.same:
+        raise typer.Exit(1)

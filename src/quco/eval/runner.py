@@ -13,6 +13,7 @@ with a lock, so it runs with one worker here); scoring and writing always happen
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -29,10 +30,11 @@ from typing import Any
 import yaml
 from filelock import FileLock, Timeout
 
+from quco.answer import STRICT, AnswerProtocol
 from quco.config import PipelineConfig, load_config
 from quco.datasets import Example, load_dataset, resolve_dataset
 from quco.errors import QucoError
-from quco.eval.metrics import MARKER, extract_hotpotqa, score_prediction
+from quco.eval.metrics import score_prediction
 from quco.eval.runs import CONFIG_FILE, RESULTS_FILE, RunError, scan_results, unique_records
 from quco.trace import Trace
 
@@ -41,10 +43,6 @@ log = logging.getLogger(__name__)
 EVAL_FORMAT = "quco-eval/1"
 # Bump when extraction or scoring changes: old runs then refuse to resume instead of mixing two rules.
 METRICS_VERSION = 1
-REPROMPT_ROLE = "answer_reprompt"
-# Text after which a continuation is not part of the answer (as the published re-prompt cleans it).
-_CUT_AT = ("\nQuestion:", ". Question:", "Note:")
-
 AnswerFn = Callable[[str], Trace]
 
 
@@ -159,54 +157,6 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-# -- answer re-prompt -------------------------------------------------------------------------------------
-
-
-def _reasoning_for_reprompt(prediction: str) -> str:
-    text = prediction
-    for cut in _CUT_AT:
-        pos = text.find(cut)
-        if pos != -1:
-            text = text[:pos]
-    return text.strip()
-
-
-def reprompt_answer(
-    trace: Trace,
-    generator: Any,
-    exemplars: list[Any] | tuple[Any, ...] = (),
-    max_new_tokens: int = 20,
-) -> str:
-    """Ask the LLM to finish "... So the answer is" (as DRAGIN/QuCo-RAG's evaluation does) and count the call.
-
-    The published evaluation makes this call without counting it; here it is an LLM call of role
-    ``answer_reprompt`` in the trace's counters, with its tokens and seconds. Returns the completed prediction.
-    """
-    cot = _reasoning_for_reprompt(trace.prediction)
-    demos = "".join(ex.render() for ex in exemplars)
-    bare = cot.rstrip(". ")
-    tail = bare if bare.endswith(MARKER) else f"{cot} So the answer is".strip()
-    prompt = f"{demos}Question: {trace.question}\nAnswer: {tail}"
-    start = time.perf_counter()
-    gens = generator.generate(prompt, max_new_tokens=max_new_tokens, stop=["\n"])
-    seconds = time.perf_counter() - start
-    gen = gens[0]
-    trace.counters.add_llm(
-        REPROMPT_ROLE, gen.prompt_tokens or generator.count_tokens(prompt), len(gen.token_ids)
-    )
-    trace.counters.add_seconds("llm", seconds)
-    trace.seconds = round(trace.seconds + seconds, 4)
-    trace.notes.append(
-        "no answer in the prediction: re-prompted with 'So the answer is' (counted as an LLM call)"
-    )
-    return f"{tail} {gen.text.strip()}"
-
-
-def needs_reprompt(prediction: str) -> bool:
-    """No answer can be read from the prediction: no "answer is", or nothing after it."""
-    return not extract_hotpotqa(prediction)
-
-
 # -- the run ------------------------------------------------------------------------------------------------
 
 
@@ -222,15 +172,7 @@ class _Outcome:
     seconds: float = 0.0
 
 
-def _answer_one(
-    answer_fn: AnswerFn,
-    example: Example,
-    position: int,
-    reprompt: bool,
-    generator: Any,
-    exemplars: Any,
-    reprompt_tokens: int,
-) -> _Outcome:
+def _answer_one(answer_fn: AnswerFn, example: Example, position: int) -> _Outcome:
     out = _Outcome(example, position)
     start = time.perf_counter()
     try:
@@ -239,9 +181,7 @@ def _answer_one(
             raise TypeError(f"the answer function returned {type(trace).__name__}, expected a quco Trace")
         out.trace = trace
         out.prediction = trace.prediction
-        if reprompt and needs_reprompt(trace.prediction):
-            out.prediction = reprompt_answer(trace, generator, exemplars, reprompt_tokens)
-            out.reprompted = True
+        out.reprompted = any(s.stage == "after" and s.decision == "reprompt" for s in trace.steps)
     except Exception as exc:  # recorded, and the run goes on
         out.error = f"{type(exc).__name__}: {exc}"
         out.error_traceback = traceback.format_exc(limit=8)
@@ -505,10 +445,15 @@ def run_eval(
         raise RunError(
             f"another `quco eval` is writing into {out}; wait for it or choose another --out"
         ) from None
+    protocol = (
+        AnswerProtocol(name="reprompt", reprompt=True, max_new_tokens=reprompt_max_new_tokens)
+        if reprompt
+        else STRICT
+    )
     try:
         return _run_locked(
-            out, tgt, identity, config_hash, examples, ref, workers, resume, reprompt, progress,
-            retry_errors, reprompt_max_new_tokens, label, start,
+            out, tgt, identity, config_hash, examples, ref, workers, resume, protocol, progress,
+            retry_errors, label, start,
             {"dataset_path": str(ref.path), "limit": limit, "offset": offset, "sample": sample, "seed": seed}
             | ({"traces_from": str(traces_from)} if traces_from is not None else {}),
             reuse,
@@ -526,10 +471,9 @@ def _run_locked(
     ref: Any,
     workers: int,
     resume: bool,
-    reprompt: bool,
+    protocol: AnswerProtocol,
     progress: bool,
     retry_errors: bool,
-    reprompt_tokens: int,
     label: str | None,
     start: float,
     selection: dict[str, Any],
@@ -562,9 +506,9 @@ def _run_locked(
     new: list[dict[str, Any]] = []
     if todo:
         answer_fn, pipe = tgt.build()
-        generator = getattr(pipe, "generator", None)
-        exemplars = tuple(getattr(getattr(pipe, "parts", None), "exemplars", ()) or ())
-        if reprompt and generator is None:
+        if pipe is not None:
+            answer_fn = functools.partial(pipe.answer, protocol=protocol)
+        elif protocol.reprompt:
             raise QucoError("the answer re-prompt needs a pipeline's generator; pass a config or a Pipeline")
         if workers > 1 and tgt.backend == "hf":
             log.warning(
@@ -575,13 +519,11 @@ def _run_locked(
         def call(pos: int, ex: Example) -> _Outcome:
             recorded = (reuse or {}).get(ex.id)
             if recorded is not None:
-                outcome = _answer_one(
-                    lambda _q: Trace.from_dict(recorded["trace"]), ex, pos, reprompt, generator, exemplars,
-                    reprompt_tokens,
-                )  # fmt: skip
+                trace = Trace.from_dict(recorded["trace"])
+                outcome = _answer_one(lambda _q: pipe.finish(trace, protocol), ex, pos)
                 outcome.seconds = round(float(recorded.get("seconds") or 0.0) + outcome.seconds, 4)
                 return outcome
-            return _answer_one(answer_fn, ex, pos, reprompt, generator, exemplars, reprompt_tokens)
+            return _answer_one(answer_fn, ex, pos)
 
         em_sum = sum(float(r.get("em") or 0.0) for r in prior)
         bar = _Progress(progress, f"{tgt.method} on {ref.name}", len(examples), len(prior), em_sum)

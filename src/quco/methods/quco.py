@@ -11,13 +11,23 @@ re-checked without a new call. Defaults are the published code's (see docs/metho
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
-from quco.corpus_stats.base import CountResult
 from quco.engine.context import RunContext
-from quco.engine.method import Check, Decision, Draft, Method, MethodParams
+from quco.engine.method import Check, Decision, Draft, Method, MethodParams, Shape
+from quco.signals.corpus import (
+    COOCCURRENCE,
+    HEAD_COUNT,
+    Claim,
+    claim_flagged,
+    claim_records,
+    count_record,
+    count_value,
+    entity_rarity,
+)
+from quco.signals.record import TriggerRecord
 from quco.text.base import Triplet
 
 # Sentences a chat model adds around an answer; they carry no claim (the published filter).
@@ -65,38 +75,12 @@ class QuCoParams(MethodParams):
     chatty_phrases: list[str] = Field(default_factory=lambda: list(CHATTY_PHRASES))
 
 
-def _value(result: CountResult, unit: str) -> float | None:
-    if result.status != "ok" or result.count is None:
-        return None
-    if unit == "per_billion":
-        return result.per_billion
-    return float(result.count)
-
-
-def _record(result: CountResult, unit: str) -> dict[str, Any]:
-    rec: dict[str, Any] = {"query": result.query, "count": result.count, "status": result.status}
-    if not result.exact:
-        rec["exact"] = False
-    if result.per_billion is not None:
-        rec["per_billion"] = round(result.per_billion, 4)
-    if result.cached:
-        rec["cached"] = True
-    if result.status != "ok":
-        rec["error"] = result.error
-    return rec
-
-
 class QuCoRAG(Method):
-    name: ClassVar[str] = "quco"
-    description: ClassVar[str] = (
-        "QuCo-RAG: corpus entity frequency before, entity co-occurrence during generation."
-    )
-    Params: ClassVar[type[MethodParams]] = QuCoParams
-    uses_corpus_stats: ClassVar[bool] = True
-    template: ClassVar[str] = "quco"
-    unit = "continuation"
-    keep_rule = "first_sentence"
-    recheck_remainder = True
+    name = "quco"
+    description = "QuCo-RAG: corpus entity frequency before, entity co-occurrence during generation."
+    Params = QuCoParams
+    template = "quco"
+    SHAPE = Shape(recheck_remainder=True, corpus_stats=True)
 
     params: QuCoParams
 
@@ -111,32 +95,21 @@ class QuCoRAG(Method):
         with ctx.timed("extraction"):
             entities = ctx.parts.text.entities.question_entities(question, ctx.llm_call("extractor"))
         entities = list(dict.fromkeys(e for e in entities if e.strip()))
-        signals: dict[str, Any] = {
-            "entities": entities,
-            "threshold": p.entity_threshold,
-            "unit": p.threshold_unit,
-        }
-        if not entities:
-            return Decision(False, signals=signals, reason="no entities found in the question")
+        signals: dict[str, Any] = {"entities": entities}
         results = ctx.count(entities)
-        signals["entity_counts"] = [
-            _record(r, p.threshold_unit) | {"entity": e} for e, r in zip(entities, results, strict=True)
-        ]
-        values = [_value(r, p.threshold_unit) for r in results]
-        known = [v for v in values if v is not None]
-        unknown = len(values) - len(known)
+        if results:
+            signals["entity_counts"] = [
+                count_record(r) | {"entity": e} for e, r in zip(entities, results, strict=True)
+            ]
+        values = [count_value(r, p.threshold_unit) for r in results]
+        verdict = entity_rarity(values, p.entity_threshold, p.threshold_unit, self._unknown_retrieves(ctx))
         query = question if p.question_query == "direct" else " ".join(entities)
-        if unknown and self._unknown_retrieves(ctx):
-            signals["unknown"] = unknown
-            return Decision(True, [query], signals, f"{unknown} entity count(s) unknown; policy: retrieve")
-        if not known:
-            return Decision(False, signals=signals, reason="no entity count available; policy: keep")
-        mean = sum(known) / len(known)
-        signals["mean_count"] = round(mean, 4)
-        if mean < p.entity_threshold:
-            return Decision(True, [query], signals, f"mean entity count {mean:g} < {p.entity_threshold:g}")
         return Decision(
-            False, signals=signals, reason=f"mean entity count {mean:g} >= {p.entity_threshold:g}"
+            verdict.record.fired,
+            [query] if verdict.record.fired else [],
+            signals,
+            verdict.reason,
+            triggers=[verdict.record],
         )
 
     # -- stage 2 -------------------------------------------------------------------------------------
@@ -150,62 +123,64 @@ class QuCoRAG(Method):
 
     def _judge(
         self, triplets: list[Triplet], ctx: RunContext
-    ) -> tuple[list[dict[str, Any]], list[Triplet], int]:
-        """Count every claim; return per-claim records, the flagged claims, and how many were unknown."""
+    ) -> tuple[list[dict[str, Any]], list[Claim], list[Triplet]]:
+        """Count every claim; return per-claim records for the trace, the counted claims, and the flagged ones."""
         p = self.params
         pairs = [(t.head, t.tail) for t in triplets if t.tail is not None]
         heads = [t.head for t in triplets if t.tail is None]
         co_results = iter(ctx.cooccur(pairs))
         head_results = iter(ctx.count(heads))
-        records, flagged, unknown = [], [], 0
+        unknown_retrieves = self._unknown_retrieves(ctx)
+        records, claims, flagged = [], [], []
         for t in triplets:
             if t.tail is not None:
-                r, threshold, kind = next(co_results), p.cooccurrence_threshold, "cooccurrence"
+                r, threshold, kind = next(co_results), p.cooccurrence_threshold, COOCCURRENCE
             else:
-                r, threshold, kind = next(head_results), p.head_threshold, "head_count"
-            value = _value(r, p.threshold_unit)
-            rec = {"triplet": t.as_list(), "kind": kind, "threshold": threshold} | _record(
-                r, p.threshold_unit
-            )
-            if value is None:
-                unknown += 1
-                rec["flagged"] = self._unknown_retrieves(ctx)
-            else:
-                rec["flagged"] = value < threshold
+                r, threshold, kind = next(head_results), p.head_threshold, HEAD_COUNT
+            claim = Claim(kind, count_value(r, p.threshold_unit))
+            rec = {"triplet": t.as_list(), "kind": kind, "threshold": threshold} | count_record(r)
+            rec["flagged"] = claim_flagged(claim, threshold, unknown_retrieves)
             if rec["flagged"]:
                 flagged.append(t)
             records.append(rec)
-        return records, flagged, unknown
+            claims.append(claim)
+        return records, claims, flagged
+
+    def _records(self, judged: list[list[Claim]], ctx: RunContext) -> list[TriggerRecord]:
+        p = self.params
+        return claim_records(
+            judged, p.cooccurrence_threshold, p.head_threshold, p.threshold_unit, self._unknown_retrieves(ctx)
+        )
 
     def check(self, draft: Draft, question: str, ctx: RunContext) -> Check:
         p = self.params
         sentences = [s for s in draft.sentences if not any(c in s.lower() for c in p.chatty_phrases)]
         if not p.stage2:
-            return Check(fire=False, keep=" ".join(sentences), reason="stage 2 disabled")
+            return Check.accept(" ".join(sentences), "stage 2 disabled")
         clear: list[str] = []
         scanned: list[dict[str, Any]] = []
+        judged: list[list[Claim]] = []
         llm = ctx.llm_call("extractor")
+
+        def done(reason: str, stop: bool = False) -> Check:
+            check = Check.accept(" ".join(clear), reason, {"sentences": scanned}, *self._records(judged, ctx))
+            check.stop = stop
+            return check
+
         for sentence in sentences:
             low = sentence.lower()
             if any(n in low for n in p.negation_phrases):
                 scanned.append({"sentence": sentence, "negation": True})
-                return Check(
-                    fire=False,
-                    keep=" ".join(clear),
-                    signals={"sentences": scanned},
-                    reason="a sentence disclaims knowledge; it is dropped and generation ends",
-                    stop=True,
-                )
+                return done("a sentence disclaims knowledge; it is dropped and generation ends", stop=True)
             if "the answer is" in low:
                 clear.append(sentence)
                 scanned.append({"sentence": sentence, "answer": True})
-                return Check(
-                    fire=False, keep=" ".join(clear), signals={"sentences": scanned}, reason="answer stated"
-                )
+                return done("answer stated")
             with ctx.timed("extraction"):
                 triplets = ctx.parts.text.triplets.triplets(sentence, llm)
-            records, flagged, unknown = self._judge(triplets, ctx)
+            records, claims, flagged = self._judge(triplets, ctx)
             scanned.append({"sentence": sentence, "claims": records})
+            judged.append(claims)
             if flagged:
                 queries = list(dict.fromkeys(self._query_for(t, sentence) for t in flagged))
                 if p.max_queries > 0:
@@ -216,14 +191,7 @@ class QuCoRAG(Method):
                     if first["status"] == "ok"
                     else f"count of {first['triplet']} unknown; policy: retrieve"
                 )
-                return Check(
-                    fire=True,
-                    keep=" ".join(clear),
-                    queries=queries,
-                    signals={"sentences": scanned, "flagged_sentence": sentence},
-                    reason=why,
-                )
+                signals = {"sentences": scanned, "flagged_sentence": sentence}
+                return Check.retrieve(" ".join(clear), queries, why, signals, *self._records(judged, ctx))
             clear.append(sentence)
-        return Check(
-            fire=False, keep=" ".join(clear), signals={"sentences": scanned}, reason="no claim flagged"
-        )
+        return done("no claim flagged")

@@ -44,6 +44,11 @@ class TextTools:
     splitter: SentenceSplitter
     entities: EntityExtractor
     triplets: TripletExtractor
+    spacy_model: str = "auto"
+
+    def nlp(self):  # noqa: ANN201 - a spaCy Language
+        """The spaCy pipeline the tools share, for methods that tag words (DRAGIN, ETC, SeaKR)."""
+        return load_spacy(self.spacy_model)
 
 
 def build_text(config, prompts: ExtractorPrompts | str | Path | None = None) -> TextTools:
@@ -69,4 +74,6 @@ def build_text(config, prompts: ExtractorPrompts | str | Path | None = None) -> 
         if config.triplet_extractor == "llm"
         else RuleTripletExtractor(model)
     )
-    return TextTools(splitter=SpacySentenceSplitter(model), entities=entities, triplets=triplets)
+    return TextTools(
+        splitter=SpacySentenceSplitter(model), entities=entities, triplets=triplets, spacy_model=model
+    )

@@ -4,7 +4,7 @@ Pure numpy estimators (``estimators``), ROUGE-L for lexical similarity (``rouge`
 backends (``similarity``): Jaccard, sentence-embedding cosine, an NLI cross-encoder, the LLM as judge.
 """
 
-from quco.blackbox.estimators import (
+from quco.signals.sampled.estimators import (
     ESTIMATORS,
     affinity,
     deg_mat,
@@ -15,8 +15,8 @@ from quco.blackbox.estimators import (
     normalized_laplacian,
     num_sem_sets,
 )
-from quco.blackbox.rouge import rouge_l, rouge_tokens
-from quco.blackbox.similarity import (
+from quco.signals.sampled.rouge import rouge_l, rouge_tokens
+from quco.signals.sampled.similarity import (
     DEFAULT_NLI_MODEL,
     JUDGE_PROMPT,
     SIMILARITIES,

@@ -15,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from quco.blackbox.rouge import rouge_l
+from quco.signals.sampled.rouge import rouge_l
 
 Affinity = Literal["entail", "contra"]
 EstimatorName = Literal["num_sem_sets", "eig_val_laplacian", "deg_mat", "eccentricity", "lexical_similarity"]

@@ -1,6 +1,6 @@
 """Threshold sweeps from recorded traces, without running the model again.
 
-Each check records the score of every candidate point it examined (``signals["trigger"]``). At another
+Each decision point records the score of every candidate it examined (a ``TriggerRecord``). At another
 threshold the decision of a recorded step is recomputed exactly. A re-run would follow the recorded run up to
 and including the first step whose decision changes; after that the text, and so the later signals, differ.
 ``TraceReplay.exact_steps`` says how many leading steps are therefore certain; later ones are estimates.
@@ -8,11 +8,13 @@ and including the first step whose decision changes; after that the text, and so
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from quco.triggers.decide import first_crossing
+from quco.signals.record import step_fired_at
+from quco.trace import Trace, as_trace
 
 
 @dataclass(frozen=True)
@@ -44,32 +46,29 @@ class TraceReplay:
 
     @property
     def retrievals(self) -> int:
-        """Retrieving checks at this threshold (exact for the first ``exact_steps``, estimated after)."""
+        """Retrieving steps at this threshold (exact for the first ``exact_steps``, estimated after)."""
         return sum(d.fire for d in self.decisions)
 
 
-def decide(trigger: dict[str, Any], threshold: float | None = None) -> tuple[bool, int | None]:
-    """The decision a recorded trigger makes at ``threshold`` (its own threshold if None)."""
-    t = trigger["threshold"] if threshold is None else threshold
-    at = first_crossing(trigger.get("scores") or [], t, trigger["rule"])
-    return at is not None, at
+def trace_params(traces: Iterable[Any]) -> list[str]:
+    """The thresholded parameters recorded in ``traces``, most frequent first ("always" rules have none)."""
+    seen: Counter[str] = Counter()
+    for t in traces:
+        for step in as_trace(t).steps:
+            seen.update(r.param for r in step.triggers if r.param and r.rule != "always")
+    return [p for p, _ in seen.most_common()]
 
 
-def _as_dict(trace: Any) -> dict[str, Any]:
-    return trace if isinstance(trace, dict) else trace.to_dict()
-
-
-def replay(trace: Any, threshold: float) -> TraceReplay:
-    """Re-decide every recorded check of one trace at a new threshold."""
-    d = _as_dict(trace)
-    out = TraceReplay(question=d.get("question", ""), threshold=threshold)
-    for step in d.get("steps") or []:
-        trigger = (step.get("signals") or {}).get("trigger")
-        if not isinstance(trigger, dict):
+def replay(trace: Trace | dict[str, Any], threshold: float, param: str = "threshold") -> TraceReplay:
+    """Re-decide every recorded step that has a record of ``param`` at a new threshold for it."""
+    t = as_trace(trace)
+    out = TraceReplay(question=t.question, threshold=threshold)
+    for step in t.steps:
+        if not any(r.param == param for r in step.triggers):
             continue
-        fire, at = decide(trigger, threshold)
-        rec_fire, rec_at = decide(trigger)
-        out.decisions.append(StepDecision(step["index"], fire, at, rec_fire, rec_at))
+        at = step_fired_at(step.triggers, {param: threshold})
+        rec_at = step_fired_at(step.triggers)
+        out.decisions.append(StepDecision(step.index, at is not None, at, rec_at is not None, rec_at))
     return out
 
 
@@ -77,22 +76,22 @@ def replay(trace: Any, threshold: float) -> TraceReplay:
 class SweepPoint:
     threshold: float
     questions: int
-    retrievals_per_question: float  # retrieving checks per question (replayed)
+    retrievals_per_question: float  # retrieving steps per question (replayed)
     exact_share: float  # share of replayed decisions that are certain (see ``TraceReplay.exact_steps``)
 
 
-def sweep(traces: Iterable[Any], thresholds: Sequence[float]) -> list[SweepPoint]:
-    """Replayed retrieval rate per threshold over a set of traces."""
-    dicts = [_as_dict(t) for t in traces]
+def sweep(traces: Iterable[Any], thresholds: Sequence[float], param: str = "threshold") -> list[SweepPoint]:
+    """Replayed retrieval rate per threshold of ``param`` over a set of traces."""
+    typed = [as_trace(t) for t in traces]
     points: list[SweepPoint] = []
-    for t in thresholds:
-        replays = [replay(d, t) for d in dicts]
+    for th in thresholds:
+        replays = [replay(t, th, param) for t in typed]
         n = len(replays)
         total = sum(len(r.decisions) for r in replays)
         exact = sum(r.exact_steps for r in replays)
         points.append(
             SweepPoint(
-                threshold=t,
+                threshold=th,
                 questions=n,
                 retrievals_per_question=sum(r.retrievals for r in replays) / n if n else 0.0,
                 exact_share=exact / total if total else 1.0,

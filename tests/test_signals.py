@@ -1,4 +1,4 @@
-"""Trigger signals against hand-computed values on small fixed inputs (no model)."""
+"""Signals and trigger records against hand-computed values on small fixed inputs (no model)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from quco.errors import ConfigError
-from quco.triggers import (
+from quco.corpus_stats.base import CountResult
+from quco.errors import QucoError
+from quco.eval.runs import load_traces
+from quco.signals import (
+    TriggerRecord,
     aggregate,
     crosses,
     eigen_score,
@@ -19,20 +22,18 @@ from quco.triggers import (
     masked_text,
     max_attention_received,
     max_attention_to_new,
-    rate_from_run,
-    replay,
-    retrieval_rate,
     rind_values,
     sentence_values,
     smooth_second_order,
-    sweep,
     token_uncertainty,
     top_k_in_order,
-    trigger_record,
-    uniform_draw,
 )
-from quco.triggers.spans import assign, group_words, locate, token_positions, token_spans
-from quco.triggers.trend import word_attention
+from quco.signals.chance import retrieval_rate, stage_rate, uniform_draw
+from quco.signals.corpus import Claim, claim_records, count_value, entity_rarity
+from quco.signals.record import consulted, step_fired_at
+from quco.signals.replay import replay, sweep, trace_params
+from quco.signals.spans import assign, group_words, locate, token_positions, token_spans
+from quco.signals.trend import word_attention
 
 # -- FLARE ------------------------------------------------------------------------------------------------
 
@@ -211,17 +212,23 @@ def test_uniform_draw_is_reproducible_and_uniform():
 
 
 def _trace(question, steps, retrievals):
-    return {"question": question, "counters": {"retrievals": retrievals}, "steps": steps}
+    return {
+        "question": question,
+        "method": "x",
+        "counters": {"retrievals": retrievals},
+        "steps": steps,
+        "version": 2,
+    }
 
 
-def _step(index, scores, threshold, rule="above", stage="generate"):
-    rec = trigger_record(rule, threshold, scores)
+def _step(index, scores, threshold, rule="above", stage="generate", param="threshold"):
+    rec = TriggerRecord.decide("u", rule, threshold, scores, "sentence", param=param)
     return {
         "index": index,
         "stage": stage,
         "draft": "x",
-        "signals": {"trigger": rec},
-        "decision": "retrieve" if rec["fired_at"] is not None else "keep",
+        "triggers": [rec.to_dict()],
+        "decision": "retrieve" if rec.fired else "keep",
     }
 
 
@@ -247,14 +254,26 @@ def test_retrieval_rate_and_results_file(tmp_path):
     path = tmp_path / "results.jsonl"
     lines = [json.dumps({"id": i, "trace": t}) for i, t in enumerate(traces)]
     path.write_text("\n".join(lines) + '\n{"id": 2, "tra', encoding="utf-8")  # torn last line
-    assert rate_from_run(tmp_path) == rate
+    assert retrieval_rate(load_traces(tmp_path)) == rate
     bad = tmp_path / "bad" / "results.jsonl"
     bad.parent.mkdir()
     bad.write_text("not json\n" + lines[0] + "\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="line 1"):
-        rate_from_run(bad)
-    with pytest.raises(ConfigError, match="no results file"):
-        rate_from_run(tmp_path / "missing")
+    with pytest.raises(QucoError, match="line 1"):
+        load_traces(bad)
+    with pytest.raises(QucoError, match="no results file"):
+        load_traces(tmp_path / "missing")
+
+
+def test_stage_rates_per_step_and_per_candidate():
+    traces = [
+        _trace("a", [_step(0, [5.0], 10.0, "below", "before"), _step(1, [3.0, 0.0], 1.0, "below")], 1),
+        _trace("b", [_step(0, [50.0], 10.0, "below", "before"), _step(1, [2.0, 4.0, 1.0], 1.0, "below")], 0),
+    ]
+    before, generate = stage_rate(traces, "before"), stage_rate(traces, "generate")
+    assert (before.steps, before.fired, before.candidates, before.per_step) == (2, 1, 2, 0.5)
+    # the first check fired at its second sentence (2 consulted), the second consulted all 3 and kept
+    assert (generate.steps, generate.fired, generate.candidates) == (2, 1, 5)
+    assert generate.per_candidate == pytest.approx(1 / 5)
 
 
 # -- decisions and sweeps ---------------------------------------------------------------------------------
@@ -264,14 +283,54 @@ def test_rules_and_recorded_precision():
     assert crosses(0.5, 0.4, "above") and not crosses(0.4, 0.4, "above")
     assert crosses(-0.5, 0.4, "abs_above") and not crosses(-0.5, 0.4, "above")
     assert crosses(0.1, 0.2, "below") and not crosses(0.2, 0.2, "below")
-    assert crosses(0.0, 9.0, "always")
+    assert crosses(0.2, 0.2, "at_least") and not crosses(0.19, 0.2, "at_least")
+    assert crosses(0.0, 9.0, "always") and crosses(None, 9.0, "always")
+    assert not crosses(None, 0.5, "below")  # a candidate without a score never fires
     assert first_crossing([0.1, 0.6, 0.9], 0.5, "above") == 1
     assert first_crossing([], 0.5, "always") is None
-    rec = trigger_record("above", 0.1, [0.1000000004, 0.2])
+    assert first_crossing([0.9, None], 0.5, "below", forced=[1]) == 1
+    rec = TriggerRecord.decide("u", "above", 0.1, [0.1000000004, 0.2], "sentence")
     # the rounded score is what was compared: 0.1 is not above 0.1
-    assert rec["scores"] == [0.1, 0.2] and rec["fired_at"] == 1
+    assert rec.scores == [0.1, 0.2] and rec.fired_at == 1 and rec.consulted() == 2
+    assert rec.at(0.05) == 0 and rec.at(0.3) is None
+    assert TriggerRecord.from_dict(rec.to_dict()) == rec
     with pytest.raises(ValueError, match="unknown trigger rule"):
         crosses(1, 0, "sideways")
+    with pytest.raises(ValueError, match="unknown trigger rule"):
+        TriggerRecord.decide("u", "sideways", 0, [], "sentence")
+
+
+def test_records_of_one_step_fire_at_the_earliest_candidate():
+    cooc = TriggerRecord.decide("c", "below", 1, [3, None, 0], "sentence", param="cooccurrence_threshold")
+    head = TriggerRecord.decide("h", "below", 20, [None, 5, None], "sentence", param="head_threshold")
+    assert (cooc.fired_at, head.fired_at, step_fired_at([cooc, head])) == (2, 1, 1)
+    assert consulted([cooc, head]) == 2
+    # a replay at another co-occurrence threshold leaves the head-count record as recorded
+    assert step_fired_at([cooc, head], {"cooccurrence_threshold": 4}) == 0
+    assert step_fired_at([cooc, head], {"head_threshold": 5}) == 2
+
+
+def test_quco_stage_rules():
+    ok = CountResult("Paris", 120, total_tokens=10**9)
+    unknown = CountResult("Xy", None, status="unknown", error="timeout")
+    assert count_value(ok, "count") == 120.0 and count_value(ok, "per_billion") == pytest.approx(120.0)
+    assert count_value(unknown, "count") is None
+    stage1 = entity_rarity([100.0, 300.0], 250.0, "count", True)
+    assert (
+        stage1.record.scores == [200.0]
+        and stage1.record.fired
+        and stage1.reason == "mean entity count 200 < 250"
+    )
+    assert not entity_rarity([100.0, 300.0], 150.0, "count", True).record.fired
+    # an unknown count fires under the policy "retrieve" whatever the threshold, not under "keep"
+    assert entity_rarity([None, 300.0], 1.0, "count", True).record.forced == [0]
+    assert not entity_rarity([None, 300.0], 1.0, "count", False).record.fired
+    none = entity_rarity([], 100.0, "count", True)  # no entity: nothing to score, no retrieval
+    assert none.record.scores == [None] and not none.record.fired
+    judged = [[Claim("cooccurrence", 4.0), Claim("head_count", 30.0)], [Claim("cooccurrence", 0.0)]]
+    cooc, head = claim_records(judged, 1, 20, "count", True)
+    assert (cooc.scores, cooc.fired_at, cooc.param) == ([4.0, 0.0], 1, "cooccurrence_threshold")
+    assert (head.scores, head.fired_at, head.param) == ([30.0, None], None, "head_threshold")
 
 
 def test_replay_and_sweep_exact_prefix():
@@ -288,3 +347,8 @@ def test_replay_and_sweep_exact_prefix():
     points = sweep([trace], [0.15, 0.3, 0.4])
     assert [p.retrievals_per_question for p in points] == [3.0, 2.0, 1.0]
     assert points[1].exact_share == 1.0
+    assert trace_params([trace]) == ["threshold"]
+    # a stage-1 record of another parameter is replayed only when that parameter is swept
+    quco = _trace("q", [_step(0, [500.0], 1000.0, "below", "before", "entity_threshold")], 1)
+    assert replay(quco, 0.3).decisions == []
+    assert [d.fire for d in replay(quco, 100.0, "entity_threshold").decisions] == [False]

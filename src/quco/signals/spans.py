@@ -8,8 +8,10 @@ the sentence splitter rewrites whitespace. Working on character offsets of the d
 from __future__ import annotations
 
 import string
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+
+from quco.answer import has_answer
 
 _PUNCT = set(string.punctuation) | {"“", "”", "‘", "’", "–", "—", "…"}
 
@@ -158,3 +160,15 @@ def tokens_by_sentence(
 def words_by_sentence(words: Sequence[Word], spans: Sequence[tuple[int, int] | None]) -> list[list[int]]:
     """Word indices of each sentence, by where each word starts."""
     return group_by(assign([w.start for w in words], spans), len(spans))
+
+
+def candidate_sentences(
+    sentences: Sequence[str], groups: Sequence[list[int]], stop_at_answer: bool
+) -> Iterator[tuple[int, str, list[int]]]:
+    """Each sentence with its tokens or words (those with none skipped), in order; with ``stop_at_answer``
+    the scan ends at the sentence that states the answer (DRAGIN does not check it)."""
+    for si, sentence in enumerate(sentences):
+        if stop_at_answer and has_answer(sentence):
+            return
+        if groups[si]:
+            yield si, sentence, groups[si]
