@@ -90,15 +90,46 @@ def compare_command(run_a: Path, run_b: Path, metrics: Sequence[str] = ("em", "f
     return compare_runs(run_a, run_b, metrics)
 
 
-# Columns of `quco summary`: a score or cost field and its header.
+# Columns of `quco summary`: a score or cost field and its header. "main" counts the main generations only (the
+# papers' #Call and #Tok); "all roles" adds extractor, sampler, judge, probe and answer re-prompt calls.
 SUMMARY_COLUMNS = (
     ("em", "EM"),
     ("f1", "F1"),
     ("retrievals", "retrievals/q"),
-    ("llm_calls", "LLM calls/q"),
-    ("tokens", "generated tokens/q"),
+    ("main_llm_calls", "LLM calls/q (main)"),
+    ("llm_calls", "LLM calls/q (all roles)"),
+    ("main_tokens", "gen. tokens/q (main)"),
+    ("tokens", "gen. tokens/q (all roles)"),
     ("seconds", "s/q"),
 )
+# `quco compare` by default: the scores and the costs the papers report, main-only beside all roles.
+COMPARE_METRICS = ("em", "f1", "retrievals", "main_llm_calls", "llm_calls", "main_tokens", "tokens")
+METRIC_NAMES = {
+    "main_llm_calls": "LLM calls (main)",
+    "llm_calls": "LLM calls (all roles)",
+    "main_tokens": "gen. tokens (main)",
+    "tokens": "gen. tokens (all roles)",
+}
+# The firing rate of each stage's trigger records (QuCo-RAG: stage 1 = entity frequency before generation, per
+# question; stage 2 = claims, per judged sentence).
+FIRING_COLUMNS = (("before", "stage 1 fired"), ("generate", "stage 2 fired"))
+
+
+def firing_rates(run: Any) -> dict[str, Any]:
+    """Per stage: the trigger records' firing rate over the run's traces (None where that stage has none)."""
+    from quco.signals.chance import stage_rate
+
+    traces = [r["trace"] for r in run.records if r.get("trace")]
+    rates = {stage: stage_rate(traces, stage) for stage, _ in FIRING_COLUMNS}
+    return {stage: rate if rate.steps else None for stage, rate in rates.items()}
+
+
+def format_rate(rate: Any, stage: str) -> str:
+    if rate is None:
+        return "n/a"
+    if stage == "before":
+        return f"{rate.per_step:.0%} ({rate.fired}/{rate.steps} q)"
+    return f"{rate.per_candidate:.1%} ({rate.fired}/{rate.candidates} cand.)"
 
 
 def summary_rows(
@@ -122,7 +153,15 @@ def summary_rows(
     rows = []
     for run in loaded:
         stats = summarize(run, [f for f, _ in SUMMARY_COLUMNS], n_boot=n_boot)
-        rows.append({"run": run.name, "method": run.method, "questions": len(run.records), "stats": stats})
+        rows.append(
+            {
+                "run": run.name,
+                "method": run.method,
+                "questions": len(run.records),
+                "stats": stats,
+                "firing": firing_rates(run),
+            }
+        )
     return rows
 
 
@@ -242,10 +281,13 @@ def summary_cli(
     common: Annotated[bool, typer.Option(help="Only questions that every run has answered.")] = False,
     markdown: Annotated[bool, typer.Option(help="Print a Markdown table.")] = False,
 ) -> None:
-    """One line per run: EM, F1, retrievals, LLM calls, generated tokens and seconds per question, 95% CIs."""
+    """One line per run: EM, F1, retrievals, LLM calls and generated tokens (main and all roles), seconds per
+    question with 95% CIs; and each stage's trigger firing rate (stage 1 per question, stage 2 per candidate)."""
     _logging(False)
     rows = summary_rows(runs, first, common)
+    firing = any(v is not None for row in rows for v in row["firing"].values())
     headers = ["run", "method", "n"] + [h for _, h in SUMMARY_COLUMNS]
+    headers += [h for _, h in FIRING_COLUMNS] if firing else []
 
     def cells(row: dict[str, Any]) -> list[str]:
         vals = []
@@ -253,6 +295,8 @@ def summary_cli(
             iv = row["stats"][f]
             scale, digits = (100.0, 1) if f in ("em", "f1") else (1.0, 1 if f != "retrievals" else 2)
             vals.append(iv.format(digits, scale))
+        if firing:
+            vals += [format_rate(row["firing"][stage], stage) for stage, _ in FIRING_COLUMNS]
         return [row["run"], row["method"], str(row["questions"])] + vals
 
     if markdown:
@@ -274,18 +318,23 @@ def summary_cli(
 def compare_cli(
     run_a: Annotated[Path, typer.Argument(help="Baseline run directory.")],
     run_b: Annotated[Path, typer.Argument(help="Run directory compared against it.")],
-    metric: Annotated[list[str] | None, typer.Option(help="Metric (repeatable; default em and f1).")] = None,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Metric (repeatable; default: EM, F1, retrievals, LLM calls and tokens, main and all roles)."
+        ),
+    ] = None,
 ) -> None:
     """Paired test of run B against run A on the same questions: difference, 95% interval, p-value."""
     _logging(False)
-    comp = compare_command(run_a, run_b, metric or ["em", "f1"])
+    comp = compare_command(run_a, run_b, metric or list(COMPARE_METRICS))
     table = Table(title=f"{comp.b} vs {comp.a} on {comp.n_common} common questions")
     for col in ("metric", comp.a, comp.b, "B − A [95% CI]", "p (permutation)"):
         table.add_column(col, justify="right")
     for m, r in comp.results.items():
         scale = 100.0 if m in ("em", "f1") else 1.0
         table.add_row(
-            m,
+            METRIC_NAMES.get(m, m),
             f"{r.mean_a * scale:.2f}",
             f"{r.mean_b * scale:.2f}",
             r.diff.format(2, scale),

@@ -37,8 +37,10 @@ TABLE_COLUMNS = (
     ("em", "EM", 1, 100.0),
     ("f1", "F1", 1, 100.0),
     ("retrievals", "Retrievals", 2, 1.0),
-    ("llm_calls", "LLM calls", 2, 1.0),
-    ("tokens", "Gen. tokens", 1, 1.0),
+    ("main_llm_calls", "LLM calls (main)", 2, 1.0),
+    ("llm_calls", "LLM calls (all roles)", 2, 1.0),
+    ("main_tokens", "Gen. tokens (main)", 1, 1.0),
+    ("tokens", "Gen. tokens (all roles)", 1, 1.0),
     ("prompt_tokens", "Prompt tokens", 0, 1.0),
     ("corpus_queries", "Corpus queries", 1, 1.0),
     ("seconds", "Seconds", 2, 1.0),
@@ -172,7 +174,11 @@ def _plot_efficiency(runs: Sequence[Run]) -> str:
     points = efficiency_points(runs)
     fig = _figure(11, 3.4, "EM versus cost per question")
     for i, (cost, title) in enumerate(
-        (("tokens", "generated tokens"), ("llm_calls", "LLM calls"), ("retrievals", "retrievals"))
+        (
+            ("tokens", "generated tokens (all roles)"),
+            ("llm_calls", "LLM calls (all roles)"),
+            ("retrievals", "retrievals"),
+        )
     ):
         ax = fig.add_subplot(1, 3, i + 1)
         for p in points:

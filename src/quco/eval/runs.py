@@ -23,10 +23,14 @@ log = logging.getLogger(__name__)
 CONFIG_FILE = "config.yaml"
 RESULTS_FILE = "results.jsonl"
 
-# Per-question quantities the statistics and report know about, in display order.
+# Per-question quantities the statistics and report know about, in display order. ``main_*`` count the main
+# generations only (drafts and regenerations), as the papers' #Call and #Tok do; ``llm_calls`` and ``tokens``
+# count every role (extractor, sampler, judge, probe, answer re-prompt, ...).
 COST_FIELDS = (
     "retrievals",
+    "main_llm_calls",
     "llm_calls",
+    "main_tokens",
     "tokens",
     "prompt_tokens",
     "corpus_queries",
@@ -103,10 +107,13 @@ def record_costs(rec: dict[str, Any]) -> dict[str, float]:
         return {k: math.nan for k in COST_FIELDS}
     counters = trace.get("counters", {})
     calls = counters.get("llm_calls", {}) or {}
+    generated = counters.get("generated_tokens", {}) or {}
     return {
         "retrievals": float(counters.get("retrievals", 0)),
+        "main_llm_calls": float(calls.get("main", 0)),
         "llm_calls": _total(calls),
-        "tokens": _total(counters.get("generated_tokens", {})),
+        "main_tokens": float(generated.get("main", 0)),
+        "tokens": _total(generated),
         "prompt_tokens": _total(counters.get("prompt_tokens", {})),
         "corpus_queries": float(counters.get("corpus_queries", 0)),
         "extractor_calls": float(calls.get("extractor", 0)),
