@@ -45,15 +45,28 @@ class RunContext:
     parts: Parts
     trace: Trace
     retrieved_ids: set[str] = field(default_factory=set)
+    _timers: list[list[Any]] = field(
+        default_factory=list, repr=False
+    )  # open [component, seconds so far, start]
 
     # -- timing --------------------------------------------------------------------------------------
     @contextmanager
     def timed(self, component: str) -> Iterator[None]:
-        start = time.perf_counter()
+        """Add the block's wall time to ``component``; a timed block inside it (an LLM extractor's call inside
+        "extraction") is counted once, under its own component, so the components sum to the wall time."""
+        now = time.perf_counter()
+        if self._timers:  # pause the enclosing component
+            outer = self._timers[-1]
+            outer[1] += now - outer[2]
+        self._timers.append([component, 0.0, now])
         try:
             yield
         finally:
-            self.trace.counters.add_seconds(component, time.perf_counter() - start)
+            name, spent, start = self._timers.pop()
+            end = time.perf_counter()
+            self.trace.counters.add_seconds(name, spent + end - start)
+            if self._timers:
+                self._timers[-1][2] = end  # resume the enclosing component
 
     # -- LLM -----------------------------------------------------------------------------------------
     def generate(
