@@ -492,7 +492,15 @@ def test_seakr_eigenscore_trigger_sure_word_query_and_reranking(build: Any, hotp
     assert bundle.pipe.method.layer == 9  # the middle of Gemma-3-270m's 18 layers
     run = bundle.answer(hotpot_dev[0]["question"])
     check_common(run)
-    estimates = 0
+    final = run.trace.steps[-1]
+    assert final.stage == "after"  # the final self-aware reasoning: two answers, the less uncertain kept
+    chain, passages = final.signals["chain"], final.signals["passages"]
+    kept = chain if final.signals["kept"] == "chain" else passages
+    assert kept["eigen_score"] == min(c["eigen_score"] for c in (chain, passages) if c["answer"])
+    assert run.trace.prediction == final.kept and run.trace.prediction.endswith(
+        f"So the answer is {kept['answer']}."
+    )
+    estimates = 2
     for step in generate_steps(run):
         sig = step.signals
         if sig.get("answer"):

@@ -69,16 +69,73 @@ def extract_hotpotqa(prediction: str) -> str | None:
     return _strip_eos(rest).strip()
 
 
+# Words whose period does not end a sentence.
+_ABBREVIATIONS = frozenset(
+    [
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "st",
+        "jr",
+        "sr",
+        "no",
+        "nos",
+        "vs",
+        "inc",
+        "co",
+        "corp",
+        "ltd",
+        "bros",
+        "gen",
+        "col",
+        "lt",
+        "capt",
+        "sgt",
+        "prof",
+        "rev",
+        "hon",
+        "gov",
+        "sen",
+        "rep",
+        "mt",
+        "ft",
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "aug",
+        "sept",
+        "sep",
+        "oct",
+        "nov",
+        "dec",
+    ]
+)
+_PERIOD = re.compile(r"\.(?=\s|$)")
+
+
+def sentence_end(text: str) -> int | None:
+    """Position of the first period that ends a sentence: not after an initial ("John F. Kennedy"), an
+    abbreviation ("St. Louis") or a word with inner periods ("U.S."), and not inside a number ("1.5")."""
+    for m in _PERIOD.finditer(text):
+        words = text[: m.start()].split()
+        word = words[-1].strip("\"'([") if words else ""
+        if (len(word) == 1 and word.isupper()) or "." in word or word.lower() in _ABBREVIATIONS:
+            continue
+        return m.start()
+    return None
+
+
 def extract_stated(prediction: str) -> str | None:
     """The display rule: text after the first "the answer is" (any case), to the end of its sentence."""
     match = _ANSWER_RE.search(prediction)
     if not match:
         return None
     rest = prediction[match.end() :].split("\n", 1)[0].strip()
-    # A sentence-final period ends the answer; periods inside abbreviations or numbers do not.
-    cut = re.search(r"\.(\s|$)", rest)
-    if cut:
-        rest = rest[: cut.start()]
+    end = sentence_end(rest)
+    if end is not None:
+        rest = rest[:end]
     return rest.strip().strip('"').strip() or None
 
 
@@ -106,40 +163,58 @@ def extract_answer(
 
 @dataclass(frozen=True)
 class AnswerProtocol:
-    """What the pipeline does after generation about the stated answer.
+    """What happens to a prediction after generation, before it is scored.
 
-    ``strict``: nothing; a prediction without an answer is scored as missing. ``reprompt``: when no answer can be
-    read, the LLM continues "<reasoning> So the answer is" for ``max_new_tokens`` (one counted call).
+    ``strict``: nothing; a prediction without an answer is scored as missing. ``published``: as QuCo-RAG's
+    ``evaluate.py`` (and DRAGIN's, with 20 tokens): the prediction is cut at the first "Question:", "#10000000" or
+    "Note:" that does not open it; if it then lacks "answer is" (case-sensitive), the LLM continues
+    "<reasoning> So the answer is" for ``max_new_tokens`` (one counted call, role ``answer_reprompt``).
     """
 
     name: str = "strict"
     reprompt: bool = False
-    max_new_tokens: int = 20
-    stop: tuple[str, ...] = ("\n",)
+    max_new_tokens: int = 128
+    cut_at: tuple[str, ...] = ()
+    marker: str = MARKER
+    # The re-prompt stops where the published code cuts its continuation anyway (same text, fewer tokens).
+    stop: tuple[str, ...] = ()
 
 
 STRICT = AnswerProtocol()
+PUBLISHED = AnswerProtocol(
+    "published", reprompt=True, cut_at=("Question:", "#10000000", "Note:"), stop=("Question:", "Note:")
+)
+PROTOCOLS = {"strict": STRICT, "published": PUBLISHED}
+# Datasets whose published evaluation re-prompts for a missing answer (QuCo-RAG's evaluate.py).
+PUBLISHED_PROTOCOL_DATASETS = ("hotpotqa", "2wikimultihopqa")
 
-# Text after which a continuation is not part of the answer (as the published re-prompt cleans it).
-_CUT_AT = ("\nQuestion:", ". Question:", "Note:")
+
+def protocol_named(name: str, max_new_tokens: int | None = None) -> AnswerProtocol:
+    from dataclasses import replace
+
+    from quco.errors import ConfigError
+
+    if name not in PROTOCOLS:
+        raise ConfigError(f"unknown answer protocol '{name}'; use one of {', '.join(PROTOCOLS)}")
+    protocol = PROTOCOLS[name]
+    return replace(protocol, max_new_tokens=max_new_tokens) if max_new_tokens else protocol
 
 
-def _reasoning(prediction: str) -> str:
+def cut_prediction(prediction: str, cut_at: tuple[str, ...], *, at_start: bool = False) -> str:
+    """The prediction up to the first of ``cut_at`` (a marker at position 0 is kept unless ``at_start``)."""
     text = prediction
-    for cut in _CUT_AT:
-        pos = text.find(cut)
-        if pos != -1:
+    for word in cut_at:
+        pos = text.find(word)
+        if pos > 0 or (at_start and pos == 0):
             text = text[:pos]
-    return text.strip()
+    return text
 
 
 def wants_reprompt(prediction: str, protocol: AnswerProtocol) -> bool:
-    """No answer can be read from the prediction: no "answer is", or nothing after it."""
-    return protocol.reprompt and not extract_hotpotqa(prediction)
+    """The (cut) prediction states no answer and the protocol re-prompts for one."""
+    return protocol.reprompt and protocol.marker not in cut_prediction(prediction, protocol.cut_at)
 
 
 def reprompt_tail(prediction: str, protocol: AnswerProtocol) -> str:
     """The reasoning the re-prompt continues, ending in "So the answer is"."""
-    cot = _reasoning(prediction)
-    bare = cot.rstrip(". ")
-    return bare if bare.endswith(MARKER) else f"{cot} So the answer is".strip()
+    return f"{cut_prediction(prediction, protocol.cut_at).strip()} So the answer is".strip()

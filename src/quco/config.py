@@ -93,7 +93,11 @@ class PromptConfig(_Section):
 
 
 class GenerationConfig(_Section):
-    max_new_tokens: int = 128  # token budget of the whole prediction (generate_max_length)
+    max_new_tokens: int = 128  # the token budget (generate_max_length); what it bounds is set by ``budget``
+    # "per_call": every generation call may write max_new_tokens, and the loop stops once the prediction is longer
+    # than that (the DRAGIN / QuCo-RAG code); "prediction": the whole prediction gets max_new_tokens, each call
+    # the rest of it. None: the method's published default (``Shape.budget``).
+    budget: Literal["per_call", "prediction"] | None = None
     stop: list[str] = Field(default_factory=lambda: ["\nQuestion:", "\n\n"])
     max_steps: int = 10  # loop iterations before the step budget stops generation
 

@@ -16,7 +16,14 @@ import logging
 import time
 from dataclasses import replace
 
-from quco.answer import AnswerProtocol, extract_answer, has_answer, reprompt_tail, wants_reprompt
+from quco.answer import (
+    AnswerProtocol,
+    cut_prediction,
+    extract_answer,
+    has_answer,
+    reprompt_tail,
+    wants_reprompt,
+)
 from quco.engine.context import RunContext
 from quco.engine.method import Check, Decision, Draft, Method, Reading, Selection
 from quco.errors import QucoError
@@ -99,6 +106,7 @@ class _Loop:
         self.split = ctx.parts.text.splitter.split
         self.top_k = method.params.top_k or self.cfg.retriever.top_k
         self.budget = self.cfg.generation.max_new_tokens
+        self.per_call = (self.cfg.generation.budget or self.shape.budget) == "per_call"
         self.docs: list[Passage] = []
         self.text = ""
         self.pending = ""  # unchecked remainder of a regeneration (re-checked without a new LLM call)
@@ -111,11 +119,17 @@ class _Loop:
             self.question, p.exemplars, p.template, docs, prefix=prefix, regenerate=regenerate
         )
 
-    def remaining(self) -> int:
-        return max(1, self.budget - self.ctx.count_tokens(self.text))
+    def call_tokens(self) -> int:
+        """New tokens for the next call: the unit's, within what is left of the budget unless it is per call."""
+        unit = self.method.unit_tokens(self.ctx)
+        if self.per_call:
+            return unit
+        return min(unit, max(1, self.budget - self.ctx.count_tokens(self.text)))
 
     def budget_spent(self, text: str) -> bool:
-        return self.ctx.count_tokens(text) >= self.budget
+        """Per call (the published loops): once the prediction is longer than the budget; else once it is full."""
+        n = self.ctx.count_tokens(text)
+        return n > self.budget if self.per_call else n >= self.budget
 
     def last_reason(self, text: str) -> str:
         """Why the loop would stop with ``text`` accepted (before any further check), or ""."""
@@ -180,9 +194,10 @@ class _Loop:
         """The next unit to check: the pending remainder, or a new generation. Also: whether generation ended."""
         if self.pending:
             text, self.pending = self.pending, ""
-            return Draft(text=text, sentences=self.split(text), generation=None, prefix=self.text), False
+            sentences = self.method.clean(self.split(text))
+            return Draft(text=text, sentences=sentences, generation=None, prefix=self.text), False
         shape = self.shape
-        n_tokens = min(self.method.unit_tokens(self.ctx), self.remaining())
+        n_tokens = self.call_tokens()
         use_docs = shape.draft_docs == "latest" or (shape.draft_docs == "first" and not self.drafted)
         draft_docs = self.docs if use_docs else []
         prompt = self.prompt(draft_docs, self.text)
@@ -194,6 +209,7 @@ class _Loop:
         if shape.unit == "sentence" and len(sentences) > 1:
             gen = cut_generation(gen, _first_sentence_chars(raw, sentences))
             sentences = sentences[:1]
+        sentences = self.method.clean(sentences)
         ended = gen.finish_reason in ("eos", "stop") and len(gen.text) == len(raw)
         # The prompt travels with the draft so that a check can sample the same unit again (black-box).
         draft = Draft(
@@ -209,12 +225,10 @@ class _Loop:
     def regenerate(self, step: Step) -> bool:
         """Write the unit again with the current passages and keep by the keep rule; True if that ended it."""
         prompt = self.prompt(self.docs, self.text, regenerate=True)
-        regen = self.ctx.generate(
-            prompt, max_new_tokens=min(self.method.unit_tokens(self.ctx), self.remaining())
-        )[0]
+        regen = self.ctx.generate(prompt, max_new_tokens=self.call_tokens())[0]
         step.regenerated = regen.text.strip()
         if self.shape.keep_rule == "first_sentence":
-            kept, rest = _split_regeneration(self.split(regen.text))
+            kept, rest = _split_regeneration(self.method.clean(self.split(regen.text)))
         else:
             kept, rest = regen.text.strip(), ""
         self.text = join_text(self.text, kept)
@@ -337,29 +351,38 @@ def run(method: Method, question: str, ctx: RunContext) -> None:
 
 
 def finish(ctx: RunContext, protocol: AnswerProtocol) -> None:
-    """The answer protocol's post-generation step: when no answer is stated, re-prompt for it (counted)."""
+    """The answer protocol's post-generation step: cut the prediction where the protocol does and, when no answer
+    is stated, re-prompt for it (a counted call). Recorded as a step of stage ``after`` when it changed anything."""
     trace = ctx.trace
-    if not protocol.reprompt or not wants_reprompt(trace.prediction, protocol):
+    original = trace.prediction
+    cut = cut_prediction(original, protocol.cut_at)
+    if not wants_reprompt(original, protocol):
+        if cut != original:
+            why = "the prediction is cut where the answer protocol cuts it"
+            trace.steps.append(
+                Step(len(trace.steps), "after", original, decision="cut", reason=why, kept=cut)
+            )
+            trace.prediction = cut
+            trace.answer = extract_answer(cut) or ""
         return
     start = time.perf_counter()
-    tail = reprompt_tail(trace.prediction, protocol)
+    tail = reprompt_tail(original, protocol)
     demos = "".join(ex.render() for ex in ctx.parts.exemplars)
     prompt = f"{demos}Question: {trace.question}\nAnswer: {tail}"
     gen = ctx.generate(
         prompt, role=REPROMPT_ROLE, max_new_tokens=protocol.max_new_tokens, stop=list(protocol.stop)
     )[0]
-    prediction = f"{tail} {gen.text.strip()}"
-    seconds = time.perf_counter() - start
+    prediction = cut_prediction(f"{tail} {gen.text.strip()}", protocol.cut_at, at_start=True)
     trace.steps.append(
         Step(
             index=len(trace.steps),
             stage="after",
-            draft=tail,
+            draft=original,
             decision="reprompt",
             reason="no answer in the prediction: re-prompted with 'So the answer is'",
             regenerated=gen.text.strip(),
             kept=prediction,
-            seconds=round(seconds, 4),
+            seconds=round(time.perf_counter() - start, 4),
         )
     )
     trace.notes.append(

@@ -27,6 +27,8 @@ KeepRule = Literal["first_sentence", "all", "draft"]
 # Passages in a draft's prompt: the latest retrieved ones, none (they only inform regenerations), or only in
 # the question's first draft (QuCo-RAG's published loop clears them after it).
 DraftDocs = Literal["latest", "none", "first"]
+# How ``generation.max_new_tokens`` bounds a prediction (see ``quco.config.GenerationConfig.budget``).
+Budget = Literal["per_call", "prediction"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,9 @@ class Shape:
     # Per-passage regeneration: after a check fires, the unit is written again once per new passage (up to this
     # many; -1: all), and the method's ``choose`` keeps one (SeaKR's self-aware re-ranking). 0: off.
     per_passage: int = 0
+    # The token budget's meaning when the config does not set one: "per_call" as the DRAGIN / QuCo-RAG code
+    # (every call gets the whole budget; stop once the prediction exceeds it), or "prediction".
+    budget: Budget = "per_call"
     needs: frozenset[Capability] = frozenset({Capability.TEXT})  # generator capabilities
     retriever: bool = True  # the pipeline's retriever is built for it
     corpus_stats: bool = False  # the corpus-statistics index is built for it
@@ -199,6 +204,10 @@ class Method:
     def check(self, draft: Draft, question: str, ctx: RunContext) -> Check:
         """Runtime check of a draft; the default keeps everything."""
         return Check(fire=False, keep=draft.text)
+
+    def clean(self, sentences: list[str]) -> list[str]:
+        """Sentences of a draft or a regeneration worth keeping (QuCo-RAG drops chatty ones); default: all."""
+        return sentences
 
     def select(self, question: str, decision: Decision, found: Selection, ctx: RunContext) -> Selection:
         """Multi-path retrieval: keep some of the passages every query found (default: all of them)."""

@@ -131,7 +131,10 @@ class BlackBoxRAG(Method):
     )
     Params = BlackBoxParams
     template = "baseline"
-    SHAPE = Shape(unit="sentence", needs=frozenset({Capability.TEXT, Capability.SAMPLING}))
+    # The whole prediction shares the token budget, as this loop has always run (no published loop to follow).
+    SHAPE = Shape(
+        unit="sentence", budget="prediction", needs=frozenset({Capability.TEXT, Capability.SAMPLING})
+    )
 
     params: BlackBoxParams
 

@@ -3,7 +3,7 @@
 As in ``AttnWeightRAG`` of oneal2000/DRAGIN (current version): draft a continuation from exemplars +
 question + text (no passages); re-read it to get each word's attention score; per sentence, value =
 normalised attention x entropy x number of words; the first sentence with a value over the threshold is
-flagged (the sentence stating the answer is not checked). With ``check_real_words`` only content words of the
+flagged (the sentence stating the answer is checked too, as both DRAGIN's and QuCo-RAG's code do). With ``check_real_words`` only content words of the
 flagged sentence count as "hit" words for the query. The query (``real_words``) is the top-k content words of
 question + text by the attention the hit words pay them. Retrieve, regenerate, keep the first sentence.
 
@@ -51,7 +51,8 @@ class DraginParams(MethodParams):
     # The paper's RIND multiplies by a stop-word indicator before thresholding; the code does not (False).
     trigger_on_content_words: bool = False
     weight: Literal["entropy", "neg_logprob"] = "entropy"  # "neg_logprob" is the published attn_prob variant
-    scan_answer_sentence: bool = False
+    # The published modifier scores every sentence of the draft, the one stating the answer included.
+    scan_answer_sentence: bool = True
     attention_layer: int = -1  # the last layer
 
 

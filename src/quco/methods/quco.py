@@ -11,6 +11,7 @@ re-checked without a new call. Defaults are the published code's (see docs/metho
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import Field
@@ -30,18 +31,26 @@ from quco.signals.corpus import (
 from quco.signals.record import TriggerRecord
 from quco.text.base import Triplet
 
-# Sentences a chat model adds around an answer; they carry no claim (the published filter).
+# Sentences a chat model adds around an answer carry no claim: the published ``filter_invalid_sentences`` list,
+# matched in the lower-cased sentence, on every generation (drafts and regenerations).
 CHATTY_PHRASES = (
     "happy to help",
-    "glad to help",
+    "here's the",
+    "i'd be happy",
+    "i'm happy to",
     "sure,",
     "certainly",
-    "i hope this helps",
-    "let me know if",
-    "feel free to",
-    "great question",
+    "of course",
+    "let me help",
+    "i can help",
+    "here are the",
+    "here is the",
+    "let me provide",
+    "i'll help",
+    "glad to help",
 )
-# A sentence that disclaims knowledge ends the scan and is dropped (the published list).
+# A sentence that disclaims knowledge is dropped and ends the scan: the published ``not_strings``, matched
+# case-sensitively as published ("No information", but not "no information").
 NEGATION_PHRASES = (
     "does not",
     "not provide",
@@ -51,8 +60,23 @@ NEGATION_PHRASES = (
     "not specif",
     "not explicitly",
     "not publicly",
-    "no information",
+    "No information",
 )
+ANSWER_MARK = (
+    "the answer is"  # a sentence containing it is kept and ends the scan (case-sensitive, as published)
+)
+
+
+@dataclass
+class Verdict:
+    """Stage 2's finding on one judged sentence: what the trace shows, its counted claims, and (when it fires)
+    the queries and why."""
+
+    detail: dict[str, Any]
+    claims: list[Claim] = field(default_factory=list)
+    queries: list[str] = field(default_factory=list)
+    reason: str = ""
+    draw: float | None = None  # the random control's draw for the sentence
 
 
 class QuCoParams(MethodParams):
@@ -73,6 +97,13 @@ class QuCoParams(MethodParams):
     max_queries: int = -1  # -1: every flagged claim becomes a query
     negation_phrases: list[str] = Field(default_factory=lambda: list(NEGATION_PHRASES))
     chatty_phrases: list[str] = Field(default_factory=lambda: list(CHATTY_PHRASES))
+    # Negation and answer phrases are matched as written (published); False matches them in any case.
+    case_sensitive: bool = True
+    # A negation sentence is dropped and the outer loop goes on (published); True ends generation there.
+    negation_stops: bool = False
+    # The published loop puts the stage-1 passages into the first draft only and later drafts carry none (the
+    # stage-2 passages inform their regeneration); True puts the latest passages into every draft.
+    carry_passages: bool = False
 
 
 class QuCoRAG(Method):
@@ -80,9 +111,24 @@ class QuCoRAG(Method):
     description = "QuCo-RAG: corpus entity frequency before, entity co-occurrence during generation."
     Params = QuCoParams
     template = "quco"
-    SHAPE = Shape(recheck_remainder=True, corpus_stats=True)
+    SHAPE = Shape(recheck_remainder=True, draft_docs="first", corpus_stats=True)
 
     params: QuCoParams
+
+    @property
+    def shape(self) -> Shape:
+        return replace(self.SHAPE, draft_docs="latest") if self.params.carry_passages else self.SHAPE
+
+    def clean(self, sentences: list[str]) -> list[str]:
+        """Drop chatty sentences, as the published code filters every generation."""
+        chatty = self.params.chatty_phrases
+        return [s for s in sentences if not any(c in s.lower() for c in chatty)]
+
+    def _has(self, sentence: str, phrases: list[str] | tuple[str, ...]) -> bool:
+        if self.params.case_sensitive:
+            return any(ph in sentence for ph in phrases)
+        low = sentence.lower()
+        return any(ph.lower() in low for ph in phrases)
 
     def _unknown_retrieves(self, ctx: RunContext) -> bool:
         return ctx.parts.config.corpus_stats.unknown_policy == "retrieve"
@@ -121,11 +167,16 @@ class QuCoRAG(Method):
             return " ".join(t.as_list())
         return sentence
 
-    def _judge(
-        self, triplets: list[Triplet], ctx: RunContext
-    ) -> tuple[list[dict[str, Any]], list[Claim], list[Triplet]]:
-        """Count every claim; return per-claim records for the trace, the counted claims, and the flagged ones."""
+    def _queries(self, flagged: list[Triplet], sentence: str) -> list[str]:
+        queries = list(dict.fromkeys(self._query_for(t, sentence) for t in flagged))
+        return queries[: self.params.max_queries] if self.params.max_queries > 0 else queries
+
+    def _judge(self, sentence: str, question: str, index: int, ctx: RunContext) -> Verdict:
+        """Stage 2 on one sentence (the ``index``-th judged in this check): extract its claims, count each,
+        flag those below their threshold."""
         p = self.params
+        with ctx.timed("extraction"):
+            triplets = ctx.parts.text.triplets.triplets(sentence, ctx.llm_call("extractor"))
         pairs = [(t.head, t.tail) for t in triplets if t.tail is not None]
         heads = [t.head for t in triplets if t.tail is None]
         co_results = iter(ctx.cooccur(pairs))
@@ -144,54 +195,61 @@ class QuCoRAG(Method):
                 flagged.append(t)
             records.append(rec)
             claims.append(claim)
-        return records, claims, flagged
+        if not flagged:
+            return Verdict({"claims": records}, claims)
+        first = records[[r["flagged"] for r in records].index(True)]
+        why = (
+            f"{first['kind']} of {first['triplet']} = {first['count']} < {first['threshold']:g}"
+            if first["status"] == "ok"
+            else f"count of {first['triplet']} unknown; policy: retrieve"
+        )
+        return Verdict({"claims": records}, claims, self._queries(flagged, sentence), why)
 
-    def _records(self, judged: list[list[Claim]], ctx: RunContext) -> list[TriggerRecord]:
+    def _records(self, verdicts: list[Verdict], question: str, ctx: RunContext) -> list[TriggerRecord]:
         p = self.params
         return claim_records(
-            judged, p.cooccurrence_threshold, p.head_threshold, p.threshold_unit, self._unknown_retrieves(ctx)
+            [v.claims for v in verdicts],
+            p.cooccurrence_threshold,
+            p.head_threshold,
+            p.threshold_unit,
+            self._unknown_retrieves(ctx),
         )
 
     def check(self, draft: Draft, question: str, ctx: RunContext) -> Check:
+        """Scan the draft's sentences in order: a negation or the answer ends the scan; the first sentence
+        whose verdict flags it fires, with the sentences before it kept."""
         p = self.params
-        sentences = [s for s in draft.sentences if not any(c in s.lower() for c in p.chatty_phrases)]
+        sentences = draft.sentences  # chatty sentences are gone already (``clean``)
         if not p.stage2:
             return Check.accept(" ".join(sentences), "stage 2 disabled")
         clear: list[str] = []
         scanned: list[dict[str, Any]] = []
-        judged: list[list[Claim]] = []
-        llm = ctx.llm_call("extractor")
+        verdicts: list[Verdict] = []
 
         def done(reason: str, stop: bool = False) -> Check:
-            check = Check.accept(" ".join(clear), reason, {"sentences": scanned}, *self._records(judged, ctx))
+            records = self._records(verdicts, question, ctx)
+            check = Check.accept(" ".join(clear), reason, {"sentences": scanned}, *records)
             check.stop = stop
             return check
 
         for sentence in sentences:
-            low = sentence.lower()
-            if any(n in low for n in p.negation_phrases):
+            if self._has(sentence, p.negation_phrases):
                 scanned.append({"sentence": sentence, "negation": True})
-                return done("a sentence disclaims knowledge; it is dropped and generation ends", stop=True)
-            if "the answer is" in low:
+                if p.negation_stops:
+                    return done(
+                        "a sentence disclaims knowledge; it is dropped and generation ends", stop=True
+                    )
+                return done("a sentence disclaims knowledge; it and the rest of the draft are dropped")
+            if self._has(sentence, (ANSWER_MARK,)):
                 clear.append(sentence)
                 scanned.append({"sentence": sentence, "answer": True})
                 return done("answer stated")
-            with ctx.timed("extraction"):
-                triplets = ctx.parts.text.triplets.triplets(sentence, llm)
-            records, claims, flagged = self._judge(triplets, ctx)
-            scanned.append({"sentence": sentence, "claims": records})
-            judged.append(claims)
-            if flagged:
-                queries = list(dict.fromkeys(self._query_for(t, sentence) for t in flagged))
-                if p.max_queries > 0:
-                    queries = queries[: p.max_queries]
-                first = records[[r["flagged"] for r in records].index(True)]
-                why = (
-                    f"{first['kind']} of {first['triplet']} = {first['count']} < {first['threshold']:g}"
-                    if first["status"] == "ok"
-                    else f"count of {first['triplet']} unknown; policy: retrieve"
-                )
+            verdict = self._judge(sentence, question, len(verdicts), ctx)
+            scanned.append({"sentence": sentence, **verdict.detail})
+            verdicts.append(verdict)
+            if verdict.queries:
                 signals = {"sentences": scanned, "flagged_sentence": sentence}
-                return Check.retrieve(" ".join(clear), queries, why, signals, *self._records(judged, ctx))
+                records = self._records(verdicts, question, ctx)
+                return Check.retrieve(" ".join(clear), verdict.queries, verdict.reason, signals, *records)
             clear.append(sentence)
         return done("no claim flagged")

@@ -38,7 +38,7 @@ class RandomParams(MethodParams):
     schedule: list[int] | None = None
     every: int | None = Field(None, ge=1)
     query: Literal["sentence", "question", "forward_all"] = "sentence"
-    scan_answer_sentence: bool = False  # as DRAGIN: the sentence stating the answer is no candidate
+    scan_answer_sentence: bool = True  # as DRAGIN: the sentence stating the answer is a candidate too
     # "continuation": DRAGIN's structure (above); "sentence": the black-box structure, one check per drafted
     # sentence, every sentence a candidate (the answer sentence too), query = the temporary sentence.
     unit: Literal["continuation", "sentence"] = "continuation"
@@ -66,7 +66,7 @@ class RandomTrigger(Method):
     @property
     def shape(self) -> Shape:
         if self.params.unit == "sentence":  # the black-box loop (quco.methods.blackbox) without the samples
-            return replace(self.SHAPE, unit="sentence", draft_docs="latest")
+            return replace(self.SHAPE, unit="sentence", draft_docs="latest", budget="prediction")
         return self.SHAPE
 
     def unit_tokens(self, ctx: RunContext) -> int:

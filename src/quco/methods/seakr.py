@@ -10,9 +10,10 @@ Reimplemented from the paper's description (its code is GPL-3.0; none of it is u
   re-written step has the lowest EigenScore is kept, together with that step (self-aware re-ranking);
 - a step that states the answer ends the reasoning; so do ``max_docs`` chosen passages, a repeated query and
   a search that finds no new passage.
+- the final "self-aware reasoning" stage (``after``, ``final_stage``): the answer is generated twice, once
+  continuing the reasoning chain ("... So the answer is") and once from the chosen passages alone, each with its
+  EigenScore; the answer with the lower score is kept.
 The retrieval and the per-passage re-writing are the loop's (``Shape.per_passage``); SeaKR only chooses.
-Not implemented yet: the final "self-aware reasoning" stage that re-answers from all steps and from all
-passages and keeps the answer with the lower EigenScore.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from quco.answer import has_answer
+from quco.answer import extract_answer, has_answer
 from quco.engine.context import RunContext
-from quco.engine.method import Check, Choice, Draft, Method, MethodParams, Reading, Shape
+from quco.engine.method import Check, Choice, Draft, Final, Method, MethodParams, Reading, Shape
 from quco.errors import ConfigError
 from quco.llm.base import Capability, Generation
+from quco.prompts import build_prompt
+from quco.retrieval.base import Passage
 from quco.signals.eigen import eigen_score
 from quco.signals.probability import token_uncertainty
 from quco.signals.record import TriggerRecord, score
@@ -58,6 +61,10 @@ class SeaKRParams(MethodParams):
     # (much cheaper on CPU: one forward pass per sample either way, but over far fewer tokens).
     hidden_context: Literal["prompt", "question"] = "prompt"
     seed: int = 42
+    # The final self-aware reasoning: answer once from the reasoning chain and once from the passages alone,
+    # and keep the answer whose sampled answers are more consistent (lower EigenScore).
+    final_stage: bool = True
+    answer_tokens: int = Field(32, ge=1)  # token cap of a final answer
 
 
 def _num_layers(generator: Any) -> int | None:
@@ -76,6 +83,7 @@ class SeaKR(Method):
     Params = SeaKRParams
     SHAPE = Shape(
         unit="sentence",
+        budget="prediction",  # reimplemented from the paper, which gives the steps, not a per-call budget
         keep_rule="draft",  # the per-passage re-writing already wrote the step with the chosen passage
         draft_logprobs=True,
         per_passage=-1,
@@ -264,3 +272,34 @@ class SeaKR(Method):
             ),
             stop=stop,
         )
+
+    # -- the final self-aware reasoning ----------------------------------------------------------------
+    def _answer(self, prompt: str, question: str, ctx: RunContext, tag: str) -> dict[str, Any]:
+        """A greedy answer continuing ``prompt`` and the EigenScore of sampled answers."""
+        stop = list(ctx.parts.config.generation.stop) + ["\n"]
+        gen = ctx.generate(prompt, max_new_tokens=self.params.answer_tokens, stop=stop)[0]
+        answer = self._step_of(gen, ctx).strip().rstrip(".").strip()
+        eig, samples = self._uncertainty(prompt, question, "", ctx, tag)
+        return {"answer": answer, "eigen_score": score(eig), "samples": samples}
+
+    def after(self, question: str, prediction: str, docs: list[Passage], ctx: RunContext) -> Final | None:
+        if not self.params.final_stage:
+            return None
+        parts = ctx.parts
+        sentences = parts.text.splitter.split(prediction)
+        chain = " ".join(s for s in sentences if not has_answer(s)) if sentences else ""
+
+        def prompt(prefix: str) -> str:
+            return build_prompt(question, parts.exemplars, parts.template, docs, prefix=prefix)
+
+        by_chain = self._answer(prompt(f"{chain} So the answer is".strip()), question, ctx, "final-chain")
+        direct = self._answer(prompt("So the answer is"), question, ctx, "final-passages")
+        candidates = [c for c in (by_chain, direct) if c["answer"]]
+        if not candidates:
+            return Final(prediction, {"chain": by_chain, "passages": direct}, "no final answer was written")
+        best = min(candidates, key=lambda c: c["eigen_score"])
+        kept = "chain" if best is by_chain else "passages"
+        final = f"{chain} So the answer is {best['answer']}.".strip()
+        why = f"the answer from the {kept} is the less uncertain (EigenScore {best['eigen_score']:g})"
+        signals = {"chain": by_chain, "passages": direct, "kept": kept, "stated": extract_answer(prediction)}
+        return Final(final, signals, why)
