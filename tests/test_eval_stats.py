@@ -112,8 +112,9 @@ def _run(name: str, recs: list[dict[str, Any]], method: str = "quco") -> Run:
 def test_costs_and_summary_from_traces() -> None:
     rec = _rec("q", 1.0, retrievals=2, secs={"llm": 1.5, "retrieval": 0.5}, tokens=30)
     costs = record_costs(rec)
-    assert costs == {"retrievals": 2.0, "llm_calls": 3.0, "tokens": 34.0, "prompt_tokens": 100.0,
-                     "corpus_queries": 3.0, "extractor_calls": 2.0, "seconds": 2.0}  # fmt: skip
+    assert costs == {"retrievals": 2.0, "main_llm_calls": 1.0, "llm_calls": 3.0, "main_tokens": 30.0,
+                     "tokens": 34.0, "prompt_tokens": 100.0, "corpus_queries": 3.0, "extractor_calls": 2.0,
+                     "seconds": 2.0}  # fmt: skip
     assert all(math.isnan(v) for v in record_costs(_rec("e", 0.0, error=True)).values())
     run = _run("r", [rec, _rec("e", 0.0, error=True)])
     s = summarize(run, n_boot=500)

@@ -341,6 +341,24 @@ def scores_from_run(run_dir: str | Path, config: Any) -> tuple[list[float], int,
     return scores, questions, span
 
 
+def _from_runs(
+    config: Path, runs: Sequence[Path], rate: float, overrides: dict[str, Any]
+) -> tuple[CalibrationResult, str]:
+    """θ for a target rate from recorded never-retrieving black-box passes, and the questions they cover."""
+    from quco.config import load_config
+
+    cfg = load_config(config, overrides=overrides)
+    scores: list[float] = []
+    n_questions, spans = 0, []
+    for run_dir in runs:
+        part, answered, span = scores_from_run(run_dir, cfg)
+        scores += part
+        n_questions += answered
+        spans.append(f"{span} (recorded pass {run_dir.name})")
+    theta = threshold_for_rate(scores, rate)
+    return CalibrationResult(theta, "rate", n_questions, scores, fire_rate(scores, theta)), ", ".join(spans)
+
+
 # -- the command ---------------------------------------------------------------------------------------------
 
 calibrate_app = typer.Typer(
@@ -403,18 +421,7 @@ def calibrate_command(
         if from_run is not None:
             if target != "rate":
                 raise QucoError("--from-run calibrates to a target rate only (EM needs runs with retrieval)")
-            from quco.config import load_config
-
-            cfg = load_config(config, overrides=overrides)
-            scores, n_questions, spans = [], 0, []
-            for run_dir in from_run:
-                part, answered, span = scores_from_run(run_dir, cfg)
-                scores += part
-                n_questions += answered
-                spans.append(f"{span} (recorded pass {run_dir.name})")
-            theta = threshold_for_rate(scores, rate)
-            result = CalibrationResult(theta, "rate", n_questions, scores, fire_rate(scores, theta))
-            questions = ", ".join(spans)
+            result, questions = _from_runs(config, from_run, rate, overrides)
         else:
             result = calibrate(
                 config, dataset, offset, limit, target, rate, overrides=overrides, progress=True, param=param

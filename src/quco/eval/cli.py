@@ -59,8 +59,11 @@ def eval_command(
     label: str | None = None,
     progress: bool = True,
     traces_from: Path | None = None,
+    strict: bool = False,
 ) -> RunSummary:
     """Resolve the config (file + --method + --set), pick the dataset, and run (or resume) the evaluation."""
+    if strict and reprompt:
+        raise QucoError("--strict and --reprompt contradict each other; pass one of them")
     overrides = dict(parse_override(s) for s in sets)
     cfg = load_config(config, overrides=overrides, method=method)
     name = dataset or infer_dataset(cfg, config)
@@ -79,6 +82,7 @@ def eval_command(
         retry_errors=retry_errors,
         label=label,
         traces_from=traces_from,
+        protocol="strict" if strict else None,
     )
 
 
@@ -239,7 +243,18 @@ def eval_cli(
     ] = True,
     reprompt: Annotated[
         bool,
-        typer.Option(help="Re-prompt 'So the answer is' when no answer is found (counted as an LLM call)."),
+        typer.Option(
+            help="Use the published answer protocol (re-prompt 'So the answer is' when no answer is stated, "
+            "counted) also on datasets whose default is strict."
+        ),
+    ] = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="No answer protocol: a prediction without an answer is scored as missing (the default on "
+            "HotpotQA and 2WikiMultihopQA is the published protocol, which re-prompts).",
+        ),
     ] = False,
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="Override a config field (repeatable).")
@@ -256,8 +271,8 @@ def eval_cli(
         Path | None,
         typer.Option(
             "--traces-from",
-            help="With --reprompt: reuse the traces of this run (same config, made without --reprompt) "
-            "and only add the re-prompt calls.",
+            help="Reuse the traces of this run (same config, made with --strict) and only add the answer "
+            "protocol's re-prompt calls.",
         ),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
@@ -266,7 +281,7 @@ def eval_cli(
     _logging(verbose)
     summary = eval_command(
         config, dataset, limit, offset, out_dir, workers, resume, reprompt, set_ or [], method, sample, seed,
-        retry_errors, label, progress, traces_from,
+        retry_errors, label, progress, traces_from, strict,
     )  # fmt: skip
     _print_summary(summary)
 
@@ -313,11 +328,16 @@ def summary_cli(
     out.print(table)
 
 
+# The two runs of `quco compare` and `quco trace-diff`.
+RunA = Annotated[Path, typer.Argument(help="Run directory A: the baseline (or the run recorded first).")]
+RunB = Annotated[Path, typer.Argument(help="Run directory B, compared against A.")]
+
+
 @eval_app.command("compare")
 @_friendly
 def compare_cli(
-    run_a: Annotated[Path, typer.Argument(help="Baseline run directory.")],
-    run_b: Annotated[Path, typer.Argument(help="Run directory compared against it.")],
+    run_a: RunA,
+    run_b: RunB,
     metric: Annotated[
         list[str] | None,
         typer.Option(
@@ -361,8 +381,8 @@ def report_cli(
 @eval_app.command("trace-diff")
 @_friendly
 def trace_diff_cli(
-    run_a: Annotated[Path, typer.Argument(help="Run directory recorded first (e.g. before a change).")],
-    run_b: Annotated[Path, typer.Argument(help="Run directory recorded after it.")],
+    run_a: RunA,
+    run_b: RunB,
     first: Annotated[
         int | None, typer.Option(help="Only questions at dataset positions below N (e.g. 10).")
     ] = None,

@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 from filelock import FileLock, Timeout
 
-from quco.answer import STRICT, AnswerProtocol
+from quco.answer import PUBLISHED_PROTOCOL_DATASETS, AnswerProtocol, protocol_named
 from quco.config import PipelineConfig, load_config
 from quco.datasets import Example, load_dataset, resolve_dataset
 from quco.errors import QucoError
@@ -222,24 +222,26 @@ def _record(outcome: _Outcome) -> dict[str, Any]:
 def _recorded_traces(run_dir: str | Path, identity: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Records (by question id) of a run whose traces can stand in for this run's answers.
 
-    That run must have the same identity except for the re-prompt, which it must not have used (its traces
-    would already hold the re-prompt's call). Records with an error or without a trace are left out.
+    That run must have the same identity except for the answer protocol, which must have been strict (its
+    traces would otherwise hold the protocol's step already). Records with an error or without a trace are
+    left out.
     """
     from quco.eval.runs import load_run
 
     src = load_run(run_dir)
-    theirs = {k: v for k, v in src.config.items() if k not in _SELECTION_KEYS and k != "reprompt"}
-    ours = {k: v for k, v in identity.items() if k != "reprompt"}
-    if "prompt" not in theirs:  # a run written before prompt fingerprints
-        ours = _legacy_identity(ours)
+    if "answer_protocol" not in src.config:
+        raise RunError(f"--traces-from {run_dir}: {_OLDER_RUN}")
+    protocol_keys = ("reprompt", "answer_protocol")
+    theirs = {k: v for k, v in src.config.items() if k not in _SELECTION_KEYS and k not in protocol_keys}
+    ours = {k: v for k, v in identity.items() if k not in protocol_keys}
     diffs = _differences(theirs, json.loads(json.dumps(ours, default=str)))
     if diffs:
         shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
         raise RunError(f"--traces-from {run_dir} was made with a different configuration ({shown})")
-    if (src.config.get("reprompt") or {}).get("enabled"):
+    if src.config["answer_protocol"].get("name") != "strict":
         raise RunError(
-            f"--traces-from {run_dir} used the answer re-prompt: its traces already hold that call; "
-            "use a run made without --reprompt"
+            f"--traces-from {run_dir} used an answer protocol with a re-prompt: its traces already hold that "
+            "call; use a run made with --strict"
         )
     return {str(r["id"]): r for r in src.records if not r.get("error") and r.get("trace")}
 
@@ -262,16 +264,13 @@ def _json_default(value: Any) -> Any:
 _SELECTION_KEYS = ("config_hash", "label", "created", "updated", "selection")
 
 
-def _legacy_identity(identity: dict[str, Any]) -> dict[str, Any]:
-    """The identity as runs wrote it before the prompt fingerprint (and before the template default was None)."""
-    old = {k: v for k, v in identity.items() if k != "prompt"}
-    pipeline = old.get("pipeline")
-    if isinstance(pipeline, dict) and isinstance(pipeline.get("prompt"), dict):
-        prompt = dict(pipeline["prompt"])
-        if prompt.get("template") is None:
-            prompt["template"] = "quco"
-        old["pipeline"] = {**pipeline, "prompt": prompt}
-    return old
+# Runs written before the answer protocol was part of the identity were made with other loop defaults (the token
+# budget over the whole prediction, QuCo-RAG ending generation at a negation, DRAGIN skipping the answer sentence):
+# their answers cannot be continued or reused by this version.
+_OLDER_RUN = (
+    "made by an older version of quco whose defaults differ (token budget, answer protocol, QuCo-RAG's loop, "
+    "DRAGIN's answer sentence); run it again"
+)
 
 
 def _check_or_write_config(
@@ -282,12 +281,9 @@ def _check_or_write_config(
     created = now
     if path.is_file():
         stored = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        legacy = stored.get("config_hash") == _hash(_legacy_identity(identity)) and "prompt" not in stored
-        if legacy:  # written before prompts were part of the identity: resumed, and left as it was written
-            log.info("%s was written before prompt fingerprints; resuming without checking the prompt", out)
-            identity = {k: v for k, v in stored.items() if k not in _SELECTION_KEYS}
-            config_hash = stored["config_hash"]
-        elif stored.get("config_hash") != config_hash:
+        if stored and "answer_protocol" not in stored:
+            raise RunError(f"{out} holds a run {_OLDER_RUN}: use another --out, or delete that directory")
+        if stored.get("config_hash") != config_hash:
             old = {k: v for k, v in stored.items() if k not in _SELECTION_KEYS}
             diffs = _differences(old, identity) or ["(unknown fields)"]
             shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
@@ -395,12 +391,13 @@ def run_eval(
     reprompt: bool = False,
     progress: bool = True,
     *,
+    protocol: str | None = None,
     sample: int | None = None,
     seed: int = 0,
     overrides: dict[str, Any] | None = None,
     retry_errors: bool = False,
     fingerprint: str | None = None,
-    reprompt_max_new_tokens: int = 20,
+    reprompt_max_new_tokens: int | None = None,
     label: str | None = None,
     traces_from: str | Path | None = None,
 ) -> RunSummary:
@@ -410,19 +407,30 @@ def run_eval(
     ``question -> Trace`` (identified in the config hash by its name and ``fingerprint``). Questions that raise
     are recorded with their error (``retry_errors`` re-runs them). Ctrl-C stops after flushing what finished.
 
-    ``traces_from`` names a finished run of the same configuration without the answer re-prompt: its recorded
-    traces stand in for the method's answers (the loop is deterministic given its config), so a run with
-    ``reprompt`` costs one re-prompt call per missing answer instead of a full re-run. Questions it lacks (or
-    that raised there) are answered afresh.
+    ``protocol`` is the answer protocol (``quco.answer``): "published" (cut at "Question:"/"Note:", re-prompt
+    when no answer is stated, counted), "strict" (none), or None: "published" for the datasets whose published
+    evaluation re-prompts (HotpotQA, 2WikiMultihopQA) when ``target`` is a pipeline, else "strict";
+    ``reprompt=True`` asks for "published" anywhere. ``traces_from`` names a finished strict run of the same
+    configuration: its recorded traces stand in for the method's answers (the loop is deterministic given its
+    config), so only the protocol's re-prompt calls are made. Questions it lacks (or that raised there) are
+    answered afresh.
     """
     if workers < 1:
         raise QucoError(f"workers must be >= 1, got {workers}")
-    if traces_from is not None and not reprompt:
-        raise QucoError("--traces-from adds the answer re-prompt to a finished run; pass --reprompt with it")
     start = time.perf_counter()
     ref = resolve_dataset(dataset)
     examples = load_dataset(dataset, limit=limit, offset=offset, sample=sample, seed=seed)
     tgt = _resolve_target(target, overrides, fingerprint, progress)
+    if protocol is None:
+        default = (
+            "published" if ref.name in PUBLISHED_PROTOCOL_DATASETS and tgt.config is not None else "strict"
+        )
+        protocol = "published" if reprompt else default
+    answer_protocol = protocol_named(protocol, reprompt_max_new_tokens)
+    if traces_from is not None and not answer_protocol.reprompt:
+        raise QucoError(
+            "--traces-from adds the answer protocol's re-prompt to a finished strict run; drop --strict"
+        )
     identity: dict[str, Any] = {
         "format": EVAL_FORMAT,
         "metrics_version": METRICS_VERSION,
@@ -432,7 +440,8 @@ def run_eval(
             "sha256": _sha256(ref.path),
             "sample_seed": seed if sample is not None else None,
         },
-        "reprompt": {"enabled": reprompt, "max_new_tokens": reprompt_max_new_tokens if reprompt else None},
+        "answer_protocol": {"name": answer_protocol.name}
+        | ({"max_new_tokens": answer_protocol.max_new_tokens} if answer_protocol.reprompt else {}),
     }
     config_hash = _hash(identity)
     reuse = _recorded_traces(traces_from, identity) if traces_from is not None else {}
@@ -445,14 +454,9 @@ def run_eval(
         raise RunError(
             f"another `quco eval` is writing into {out}; wait for it or choose another --out"
         ) from None
-    protocol = (
-        AnswerProtocol(name="reprompt", reprompt=True, max_new_tokens=reprompt_max_new_tokens)
-        if reprompt
-        else STRICT
-    )
     try:
         return _run_locked(
-            out, tgt, identity, config_hash, examples, ref, workers, resume, protocol, progress,
+            out, tgt, identity, config_hash, examples, ref, workers, resume, answer_protocol, progress,
             retry_errors, label, start,
             {"dataset_path": str(ref.path), "limit": limit, "offset": offset, "sample": sample, "seed": seed}
             | ({"traces_from": str(traces_from)} if traces_from is not None else {}),
