@@ -117,6 +117,9 @@ def ask(
     _setup_logging(verbose)
     if not question.strip():
         raise QucoError('the question is empty; ask something, e.g. quco ask "Who wrote Hamlet?"')
+    from quco.inputs import check_text
+
+    check_text(question)
     t0 = time.perf_counter()
     pipe = _build_pipeline(config, method, set_)
     ready = time.perf_counter() - t0
@@ -292,10 +295,16 @@ def serve_stats_cmd(
     ],
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).")] = 8765,
+    api_key_env: Annotated[
+        str,
+        typer.Option(help="Environment variable holding the bearer key; unset variable = loopback only."),
+    ] = "QUCO_API_KEY",
+    concurrency: Annotated[int, typer.Option(help="Counts computed at once.")] = 2,
+    queue: Annotated[int, typer.Option(help="Requests waiting for a slot before new ones get 429.")] = 16,
     verbose: VerboseOpt = False,
 ) -> None:
     """Serve local indexes over the hosted Infini-gram API's JSON protocol."""
-    from quco.corpus_stats.server import serve_stats
+    from quco.corpus_stats.server import check_exposure, serve_stats
 
     _setup_logging(verbose)
     named: dict[str, list[str]] = {}
@@ -304,7 +313,17 @@ def serve_stats_cmd(
         if not sep:
             name, dirs = Path(spec).name, spec
         named[name] = [d for d in dirs.split(",") if d]
-    serve_stats(named, host=host, port=port)
+    key = os.environ.get(api_key_env) or None
+    check_exposure(host, key, api_key_env)  # before the indexes are opened
+    serve_stats(
+        named,
+        host=host,
+        port=port,
+        api_key=key,
+        api_key_env=api_key_env,
+        concurrency=concurrency,
+        queue=queue,
+    )
 
 
 _mount_optional()
