@@ -101,9 +101,11 @@ OnErrorOpt = Annotated[str, typer.Option(help="On a bad corpus line: 'stop' or '
 
 
 def _build_pipeline(config: Path | None, method: str | None, sets: list[str] | None):  # noqa: ANN202
+    cfg = load_config(
+        config, overrides=_overrides(sets), method=method
+    )  # bad settings fail before heavy imports
     from quco.pipeline import Pipeline
 
-    cfg = load_config(config, overrides=_overrides(sets), method=method)
     return Pipeline.from_config(cfg)
 
 
