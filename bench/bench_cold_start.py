@@ -10,7 +10,8 @@ included, within 60 s; a warm ``quco ask`` within 5 s of start-up. Three measure
    answer seconds it prints);
 3. **warm**: the same command again on that cache, ``--warm`` times.
 
-The machine's load average is printed before and after: on a busy machine the figures are upper bounds.
+The machine's load average is printed with each figure: on a busy machine wall times are upper bounds, and the
+CPU seconds beside them (this process's, or the child's) say what the work itself cost.
 
     python bench/bench_cold_start.py [--warm 2] [--keep] [--question "..."] [--skip-breakdown]
 """
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -50,11 +52,13 @@ def _env(cache: Path) -> dict[str, str]:
 def phase_breakdown(question: str) -> dict:
     """Runs inside a fresh process whose QUCO_CACHE_DIR is empty."""
     times: dict[str, float] = {}
+    cpu: dict[str, float] = {}
 
     def timed(name: str, fn):  # noqa: ANN001, ANN202
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         value = fn()
         times[name] = round(time.perf_counter() - start, 2)
+        cpu[name] = round(time.process_time() - cpu_start, 2)
         return value
 
     timed("import quco", lambda: __import__("quco.cli"))
@@ -94,6 +98,7 @@ def phase_breakdown(question: str) -> dict:
     trace = timed("first answer", lambda: pipe.answer(question))
     return {
         "seconds": times,
+        "cpu_seconds": cpu,
         "conversion": conversion,
         "converter": marker.get("converter"),
         "answer": trace.answer,
@@ -105,8 +110,13 @@ def phase_breakdown(question: str) -> dict:
 # ------------------------------------------------------------------------------------------------ ask
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_ask(cache: Path, question: str) -> dict:
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), _children_cpu()
     proc = subprocess.run(
         [sys.executable, "-m", "quco.cli", "ask", question],
         env=_env(cache),
@@ -115,12 +125,14 @@ def run_ask(cache: Path, question: str) -> dict:
         timeout=3600,
     )
     wall = time.perf_counter() - start
+    cpu = _children_cpu() - cpu_start
     if proc.returncode != 0:
         raise SystemExit(f"quco ask failed ({proc.returncode}): {proc.stderr[-2000:]}")
     m = re.search(r"start-up ([\d.]+)s, answer ([\d.]+)s", proc.stdout)
     answer = re.search(r"^answer: (.*?)\s+\[stop", proc.stdout, re.MULTILINE)
     return {
         "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
         "startup_s": float(m.group(1)) if m else None,
         "answer_s": float(m.group(2)) if m else None,
         "answer": answer.group(1) if answer else None,
@@ -162,8 +174,9 @@ def main() -> None:
             print(
                 f"\ncold breakdown (one process, empty cache; {breakdown['process_wall_s']} s wall in all):"
             )
+            print(f"  {'':40s} {'wall':>9s} {'CPU':>9s}")
             for name, sec in breakdown["seconds"].items():
-                print(f"  {name:40s} {sec:7.2f} s")
+                print(f"  {name:40s} {sec:7.2f} s {breakdown['cpu_seconds'][name]:7.2f} s")
                 if name == "convert GGUF (total)":
                     for part, psec in breakdown["conversion"].items():
                         print(f"    {part:38s} {psec:7.2f} s")
@@ -178,7 +191,7 @@ def main() -> None:
         cold = run_ask(cache, args.question)
         results["cold"] = cold
         print(
-            f"\ncold `quco ask` (new process, empty cache): {cold['wall_s']} s wall "
+            f"\ncold `quco ask` (new process, empty cache): {cold['wall_s']} s wall, {cold['cpu_s']} s CPU "
             f"(start-up {cold['startup_s']} s, answer {cold['answer_s']} s; answer {cold['answer']!r}) ({_load()})"
         )
         results["warm"] = []
@@ -186,7 +199,7 @@ def main() -> None:
             warm = run_ask(cache, args.question)
             results["warm"].append(warm)
             print(
-                f"warm `quco ask` #{i + 1}: {warm['wall_s']} s wall (start-up {warm['startup_s']} s, "
+                f"warm `quco ask` #{i + 1}: {warm['wall_s']} s wall, {warm['cpu_s']} s CPU (start-up {warm['startup_s']} s, "
                 f"answer {warm['answer_s']} s) ({_load()})"
             )
     finally:
