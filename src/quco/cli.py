@@ -51,6 +51,12 @@ DEMO_QUESTIONS = (
     "Which river flows through the city where Wolfgang Amadeus Mozart was born?",
     "Are the Eiffel Tower and the Louvre in the same city?",
 )
+DEMO_NOTE = (
+    "The default generator is Gemma-3-270m, a tiny base model: it follows the answer format, but most of its "
+    "facts are wrong. It is here so that every decision can be watched on any laptop. For real answers, plug in "
+    "a real model (README, 'Plugging in real parts'): `quco models pull qwen2.5-1.5b-instruct` fetches the "
+    "evaluation model, or point --set generator.backend=openai at any OpenAI-compatible server."
+)
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -95,9 +101,11 @@ OnErrorOpt = Annotated[str, typer.Option(help="On a bad corpus line: 'stop' or '
 
 
 def _build_pipeline(config: Path | None, method: str | None, sets: list[str] | None):  # noqa: ANN202
+    cfg = load_config(
+        config, overrides=_overrides(sets), method=method
+    )  # bad settings fail before heavy imports
     from quco.pipeline import Pipeline
 
-    cfg = load_config(config, overrides=_overrides(sets), method=method)
     return Pipeline.from_config(cfg)
 
 
@@ -117,6 +125,9 @@ def ask(
     _setup_logging(verbose)
     if not question.strip():
         raise QucoError('the question is empty; ask something, e.g. quco ask "Who wrote Hamlet?"')
+    from quco.inputs import check_text
+
+    check_text(question)
     t0 = time.perf_counter()
     pipe = _build_pipeline(config, method, set_)
     ready = time.perf_counter() - t0
@@ -138,15 +149,49 @@ def demo(
     set_: SetOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Answer a few sample questions on the embedded default and print their traces."""
+    """Answer a few sample questions on the embedded default and print their traces, each with its answer."""
     from quco.render import render_trace
 
     _setup_logging(verbose)
+    out.print(f"[yellow]{DEMO_NOTE}[/yellow]", soft_wrap=True)
     t0 = time.perf_counter()
     pipe = _build_pipeline(config, method, set_)
     out.print(f"[dim]pipeline ready in {time.perf_counter() - t0:.1f}s (method {pipe.method.name})[/dim]")
     for q in DEMO_QUESTIONS:
-        render_trace(pipe.answer(q), out)
+        trace = pipe.answer(q)
+        how = _state_answer(trace, pipe)
+        render_trace(trace, out)
+        out.print(f"[bold]decision path:[/bold] {_decision_path(trace)}; {how}", soft_wrap=True)
+    out.print(f"[yellow]{DEMO_NOTE}[/yellow]", soft_wrap=True)
+
+
+def _state_answer(trace: Any, pipe: Any) -> str:
+    """Make sure the trace ends with a stated answer; returns how it was stated.
+
+    When the method stopped before "So the answer is", the model is asked to finish that sentence: one more
+    LLM call, counted in the trace (role ``answer_reprompt``), exactly as the evaluation's ``--reprompt`` does.
+    """
+    if trace.answer:
+        return f"the model stated the answer itself (stop: {trace.stop_reason})"
+    from quco.answer import extract_answer
+    from quco.eval.runner import reprompt_answer
+
+    completed = reprompt_answer(trace, pipe.generator, pipe.parts.exemplars)
+    trace.answer = extract_answer(completed) or completed.rsplit("So the answer is", 1)[-1].strip()
+    trace.prediction = completed
+    return (
+        f"the method stopped without an answer ({trace.stop_reason}), so the answer comes from one counted "
+        "re-prompt ('So the answer is')"
+    )
+
+
+def _decision_path(trace: Any) -> str:
+    """The steps' decisions in one line: what each step decided and why."""
+    parts = []
+    for step in trace.steps:
+        reason = f" ({step.reason})" if step.reason else ""
+        parts.append(f"{step.stage} → {step.decision}{reason}")
+    return " · ".join(parts) or "no step"
 
 
 @app.command()
@@ -292,10 +337,16 @@ def serve_stats_cmd(
     ],
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).")] = 8765,
+    api_key_env: Annotated[
+        str,
+        typer.Option(help="Environment variable holding the bearer key; unset variable = loopback only."),
+    ] = "QUCO_API_KEY",
+    concurrency: Annotated[int, typer.Option(help="Counts computed at once.")] = 2,
+    queue: Annotated[int, typer.Option(help="Requests waiting for a slot before new ones get 429.")] = 16,
     verbose: VerboseOpt = False,
 ) -> None:
     """Serve local indexes over the hosted Infini-gram API's JSON protocol."""
-    from quco.corpus_stats.server import serve_stats
+    from quco.corpus_stats.server import check_exposure, serve_stats
 
     _setup_logging(verbose)
     named: dict[str, list[str]] = {}
@@ -304,7 +355,17 @@ def serve_stats_cmd(
         if not sep:
             name, dirs = Path(spec).name, spec
         named[name] = [d for d in dirs.split(",") if d]
-    serve_stats(named, host=host, port=port)
+    key = os.environ.get(api_key_env) or None
+    check_exposure(host, key, api_key_env)  # before the indexes are opened
+    serve_stats(
+        named,
+        host=host,
+        port=port,
+        api_key=key,
+        api_key_env=api_key_env,
+        concurrency=concurrency,
+        queue=queue,
+    )
 
 
 _mount_optional()

@@ -16,6 +16,7 @@ from quco.engine.context import Parts, RunContext
 from quco.engine.loop import run
 from quco.engine.method import Method
 from quco.errors import InputError
+from quco.inputs import check_text
 from quco.llm.base import require
 from quco.methods import method_class
 from quco.prompts import load_exemplars, load_template
@@ -134,6 +135,7 @@ class Pipeline:
     def _prepare_question(self, question: str, trace: Trace) -> str:
         if not isinstance(question, str) or not question.strip():
             raise InputError('the question is empty; ask something, e.g. quco ask "Who wrote Hamlet?"')
+        check_text(question)  # lone surrogates / undecodable bytes: one clear error, not a tokenizer crash
         question = " ".join(question.split())
         limit = int(self.parts.generator.max_context_tokens * _QUESTION_SHARE)
         n = self.parts.generator.count_tokens(question)
