@@ -79,6 +79,11 @@ def _rows(path: Path) -> list[list[str]]:
         return list(csv.reader(fh, delimiter="\t"))
 
 
+def _flat(text: str) -> str:
+    """CLI output with the console's line wrapping undone."""
+    return " ".join(text.split())
+
+
 def _jsonl(path: Path) -> list[dict]:
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         return [json.loads(line) for line in fh]
@@ -369,13 +374,13 @@ def test_corpus_error_names_the_cli_flag(tmp_path):
     bad.write_text('{"text": "ok"}\n{"text": \n', encoding="utf-8")
     result = CliRunner().invoke(app, ["index", "bm25", "--corpus", str(bad), "--out", str(tmp_path / "i")])
     assert result.exit_code == 2
-    assert "--on-error skip" in result.output and "line 2" in result.output
+    assert "--on-error skip" in _flat(result.output) and "line 2" in _flat(result.output)
     result = CliRunner().invoke(
         app, ["index", "bm25", "--corpus", str(bad), "--out", str(tmp_path / "j"), "--on-error", "skip"]
     )
-    assert result.exit_code == 0 and "1 skipped" in result.output
+    assert result.exit_code == 0 and "1 skipped" in _flat(result.output)
     result = CliRunner().invoke(app, ["index", "bm25", "--corpus", str(bad), "--on-error", "ignore"])
-    assert result.exit_code == 2 and "--on-error" in result.output
+    assert result.exit_code == 2 and "--on-error" in _flat(result.output)
 
 
 def test_bm25_vocabulary_matches_the_query_analyzer(pool_slice, tmp_path):
@@ -389,3 +394,69 @@ def test_bm25_vocabulary_matches_the_query_analyzer(pool_slice, tmp_path):
     inverse = {i: s for s, i in vocab.stem_to_id.items()}
     assert [[inverse[i] for i in doc] for doc in ids] == [analyzer.stems(t) for t in texts]
     BM25Retriever.build(str(pool_slice), tmp_path / "idx", progress=False)
+
+
+# -- the world's configs -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dataset", ["hotpotqa", "2wikimultihopqa"])
+def test_every_pool_config_has_a_world_twin(dataset):
+    from quco.methods import method_class
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    pool_files = sorted((root / dataset).glob("*.yaml"))
+    world_files = sorted((root / "world" / dataset).glob("*.yaml"))
+    assert [p.name for p in world_files] == [p.name for p in pool_files]
+    for pool_path, world_path in zip(pool_files, world_files, strict=True):
+        pool, world = load_config(pool_path), load_config(world_path)
+        method_class(world.method)(world.params)  # parameters valid
+        assert (
+            world.method == pool.method
+            and world.prompt == pool.prompt
+            and world.generation == pool.generation
+        )
+        if world.method != "wo-rag":
+            assert world.retriever.corpus == f"haystack:{dataset}"
+        if world.method == "quco":
+            p = world.params
+            assert p["threshold_unit"] == "per_billion"
+            ref = 4_610_629_088_477 / 1e9  # the published counts on the OLMo-2 index, as rates
+            for key, published in (
+                ("entity_threshold", pool.params["entity_threshold"]),
+                ("head_threshold", 20),
+            ):
+                assert p[key] == pytest.approx(published / ref, rel=1e-4)
+            assert p["cooccurrence_threshold"] == pytest.approx(1 / ref, rel=1e-4)
+            assert world.corpus_stats.corpus == f"wiki-articles+pool:{dataset}"
+            assert world.corpus_stats.cooccurrence == "window" and world.corpus_stats.max_diff_tokens == 1000
+        elif world.method == "dtr":
+            assert (
+                world.params.get("path_retriever") == "pipeline"
+                or world.params.get("standard_retriever") == "pipeline"
+            )
+        else:
+            assert world.params == pool.params
+
+
+def test_index_haystack_command(article_slices, pool_slice, tmp_path):
+    from quco.cli import app
+
+    args = [
+        "index",
+        "haystack",
+        "--dataset",
+        "hotpotqa",
+        "--pool",
+        str(pool_slice),
+        "--out",
+        str(tmp_path / "h"),
+    ]
+    for p in article_slices:
+        args += ["--articles", str(p)]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert "built in" in _flat(first.output) and f"{N_POOL} pool paragraphs" in _flat(first.output)
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and "reused" in _flat(again.output)
+    bad = CliRunner().invoke(app, ["index", "haystack", "--dataset", "musique", "--out", str(tmp_path / "m")])
+    assert bad.exit_code == 2 and "no paragraph pool" in _flat(bad.output)

@@ -202,6 +202,7 @@ def _index_bm25(corpus: str | list[str], out_dir: Path | None, on_error: str) ->
 
 def _index_stats(corpus: str | list[str], out_dir: Path | None, tokenizer: str, on_error: str) -> None:
     from quco.corpus_stats import Manifest, build_local_index, default_index_dir
+    from quco.corpus_stats.build import clean_stale_builds
     from quco.locks import build_lock
     from quco.retrieval import CorpusReport, corpus_docs
 
@@ -220,6 +221,7 @@ def _index_stats(corpus: str | list[str], out_dir: Path | None, tokenizer: str, 
             raise QucoError(
                 f"{target} already holds an index of another corpus; choose another --out or delete it"
             )
+        clean_stale_builds(target)
         report = CorpusReport()
         t0 = time.perf_counter()
         build_local_index(

@@ -330,6 +330,13 @@ def build_local_index(
     return out_dir
 
 
+def clean_stale_builds(out_dir: Path) -> None:
+    """Remove temporary directories left beside ``out_dir`` by killed builds (call it holding the build lock)."""
+    out_dir = Path(out_dir).expanduser().resolve()
+    for stale in out_dir.parent.glob(f".{out_dir.name}.building-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 def index_size_bytes(index_dir: Path) -> int:
     """Bytes on disk of the engine's files (tokens, suffix array, offsets)."""
     return sum(

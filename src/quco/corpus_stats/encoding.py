@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import unicodedata
 from collections.abc import Sequence
-from itertools import chain
+from itertools import chain, filterfalse
 
 import numpy as np
 
@@ -54,8 +55,12 @@ def chunk_safe(tokenizer: IndexTokenizer) -> bool:
 class CorpusEncoder:
     """Encodes batches of documents to numpy id arrays; exact, and fast on text that repeats its words."""
 
-    def __init__(self, tokenizer: IndexTokenizer, max_chunks: int = DEFAULT_MAX_CHUNKS) -> None:
+    def __init__(
+        self, tokenizer: IndexTokenizer, max_chunks: int = DEFAULT_MAX_CHUNKS, parallel: int | None = None
+    ) -> None:
         self.tokenizer = tokenizer
+        # New chunks go to the tokenizer in this many strings at once (its Rust side encodes them in parallel).
+        self.parallel = max(1, parallel or min(4, os.cpu_count() or 1))
         self.dtype = tokenizer.np_dtype
         self.max_chunks = max_chunks
         self.chunked = chunk_safe(tokenizer)
@@ -82,8 +87,8 @@ class CorpusEncoder:
         ]
         chunks = list(chain.from_iterable(lists))
         self.chunks_seen += len(chunks)
-        unknown = set(chunks)
-        unknown.difference_update(self._row)
+        # (not set.difference_update(dict): that walks the whole table, however small the batch)
+        unknown = set(filterfalse(self._row.__contains__, set(chunks)))
         if unknown:
             if len(self._row) + len(unknown) > self.max_chunks:
                 self._reset()
@@ -101,19 +106,26 @@ class CorpusEncoder:
         return np.split(tokens, token_ends[:-1])
 
     def _add(self, chunks: list[str]) -> None:
-        """Tokenize new chunks in one call (joined by spaces) and append their ids to the table."""
-        sizes = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
-        char_starts = np.cumsum(sizes + 1) - (sizes + 1)
+        """Tokenize new chunks (joined by spaces, in a few parallel calls) and append their ids to the table."""
         assert self.tokenizer._tok is not None
-        enc = self.tokenizer._tok.encode(" ".join(chunks), add_special_tokens=False)
-        ids = np.asarray(enc.ids, dtype=self.dtype)
-        token_starts = np.fromiter(chain.from_iterable(enc.offsets), dtype=np.int64, count=2 * len(ids))[::2]
-        owner = np.searchsorted(char_starts, token_starts, side="right") - 1
-        lens = np.bincount(owner, minlength=len(chunks)).astype(np.int64)
+        groups = [chunks[i :: self.parallel] for i in range(min(self.parallel, len(chunks)))]
+        encodings = self.tokenizer._tok.encode_batch([" ".join(g) for g in groups], add_special_tokens=False)
+        ordered: list[str] = []
+        all_ids, all_lens = [], []
+        for group, enc in zip(groups, encodings, strict=True):
+            sizes = np.fromiter(map(len, group), dtype=np.int64, count=len(group))
+            char_starts = np.cumsum(sizes + 1) - (sizes + 1)
+            ids = np.asarray(enc.ids, dtype=self.dtype)
+            starts = np.fromiter(chain.from_iterable(enc.offsets), dtype=np.int64, count=2 * len(ids))[::2]
+            owner = np.searchsorted(char_starts, starts, side="right") - 1
+            all_lens.append(np.bincount(owner, minlength=len(group)).astype(np.int64))
+            all_ids.append(ids)
+            ordered.extend(group)
+        lens = np.concatenate(all_lens)
         base = len(self._flat)
         self._start = np.concatenate([self._start, base + np.cumsum(lens) - lens])
         self._len = np.concatenate([self._len, lens])
-        self._flat = np.concatenate([self._flat, ids])
+        self._flat = np.concatenate([self._flat, *all_ids])
         first = len(self._row)
-        self._row.update(zip(chunks, range(first, first + len(chunks)), strict=True))
-        self.chunks_tokenized += len(chunks)
+        self._row.update(zip(ordered, range(first, first + len(ordered)), strict=True))
+        self.chunks_tokenized += len(ordered)

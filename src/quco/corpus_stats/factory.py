@@ -8,7 +8,13 @@ from pathlib import Path
 
 from quco.config import CorpusStatsConfig
 from quco.corpus_stats.base import CorpusStats
-from quco.corpus_stats.build import Manifest, StatsIndexError, build_local_index, check_index_path
+from quco.corpus_stats.build import (
+    Manifest,
+    StatsIndexError,
+    build_local_index,
+    check_index_path,
+    clean_stale_builds,
+)
 from quco.corpus_stats.local import LocalInfiniGram
 from quco.corpus_stats.tokenizer import load_tokenizer, tokenizer_label
 from quco.errors import ConfigError
@@ -63,6 +69,7 @@ def open_or_build_local(
         index_dir.parent.mkdir(parents=True, exist_ok=True)
         # One builder at a time; others wait, then open what it built.
         with build_lock(index_dir):
+            clean_stale_builds(index_dir)
             if not index_dir.exists():
                 log.info("building corpus-statistics index %s", index_dir)
                 build_local_index(

@@ -568,8 +568,11 @@ def resolve_corpus(spec: CorpusSpec) -> Corpus:
     if isinstance(spec, CorpusSource | CorpusSet):
         return spec
     if not isinstance(spec, str | os.PathLike):
+        items = list(spec)
+        if len(items) == 1:  # one name in a list (e.g. a repeatable CLI option): that corpus as it is
+            return resolve_corpus(items[0])
         parts: list[CorpusSource] = []
-        for item in spec:
+        for item in items:
             got = resolve_corpus(item)
             parts.extend(got.parts if isinstance(got, CorpusSet) else [got])
         if not parts:

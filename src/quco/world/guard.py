@@ -127,7 +127,8 @@ def describe_world(config: Any, build: bool = True) -> dict[str, Any]:
     from quco.methods import method_class
 
     method = method_class(config.method)
-    uses_retriever = bool(getattr(method, "uses_retriever", False))
+    # DTR builds its own (dense or BM25) retrieval over the retriever's corpus, so that corpus is used too.
+    uses_retriever = bool(getattr(method, "uses_retriever", False)) or config.method == "dtr"
     uses_stats = bool(getattr(method, "uses_corpus_stats", False))
     retrieval = {"used": uses_retriever, **describe_corpus(config.retriever.corpus, build and uses_retriever)}
     cs = config.corpus_stats
