@@ -1,7 +1,7 @@
 """Corpus statistics at Wikipedia scale: build figures, count / co-occurrence latency, window exactness.
 
 Usage: python bench/bench_world_stats.py [--dataset hotpotqa] [--entities 300] [--pairs 200] [--build DIR]
-       [--bare] [--scan-pairs 200]
+       [--bare] [--cold] [--scan-pairs 200]
 
 The index is the realistic world's statistics index (the 30,539 Wikipedia articles plus the dataset's paragraph
 pool) as the configs find it (``quco index world``; QUCO_WORLD_DIR). ``--build DIR`` builds a fresh copy in DIR
@@ -9,7 +9,7 @@ first and times it; ``--bare`` then re-runs the engine's own suffix-array build 
 "bare engine" the build is compared with. Queries are real: titles of the context paragraphs of HotpotQA dev
 questions 0-299 (disambiguation in parentheses removed), counted twice, the second (warm) pass timed:
 - ``count`` with the engine's default prefetching (madvise per binary-search step) and with ours (none);
-- window co-occurrence (the engine's 1000-token CNF count) and exact document co-occurrence;
+- window co-occurrence (the engine's 1000-token CNF count), window_exact, and document co-occurrence;
 - window exactness: every pair's window count is re-done by a plain numpy scan of the token files, once with
   the engine's rule (nearest neighbour on each side, spans across a document separator dropped) and once as
   "the other phrase within 1000 tokens in the same document".
@@ -31,12 +31,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from quco.corpus_stats.build import Manifest, build_local_index, index_size_bytes
 from quco.corpus_stats.factory import default_index_dir
 from quco.corpus_stats.local import LocalInfiniGram
 from quco.corpus_stats.verify import IndexScan
+from quco.corpus_stats.windows import near_same_document, positions
 from quco.paths import data_dir
 from quco.retrieval import corpus_docs
+from quco.world.sources import ARTICLE_COUNT
 
 
 def entity(title: str) -> str:
@@ -69,8 +73,16 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def timed(fn, items) -> tuple[list[float], list]:  # noqa: ANN001
-    fn(items[0])
+def evict(index: Path) -> None:
+    """Drop the index's files from the page cache (only these files; no privileges needed)."""
+    for path in index.iterdir():
+        with open(path, "rb") as fh:
+            os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def timed(fn, items, warm: bool = True) -> tuple[list[float], list]:  # noqa: ANN001
+    if warm:
+        fn(items[0])
     times, results = [], []
     for item in items:
         t = time.perf_counter()
@@ -116,6 +128,39 @@ def bare_engine_build(index: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def scan_check(scan: IndexScan, pairs, wres, eres, limit: int) -> None:  # noqa: ANN001
+    """Window counts against a plain numpy scan of the token files."""
+    agree = same_doc = zero_flip = checked = exact_ok = only_pool = 0
+    examples = []
+    t = time.perf_counter()
+    for (a, b), r, e in list(zip(pairs, wres, eres, strict=True))[:limit]:
+        if not r.exact:
+            continue
+        ref = scan.window([a], [b], 1000)
+        checked += 1
+        agree += r.count in [rule for rule, _ in ref]
+        exact_ok += e.count in [s for _, s in ref]
+        same = [s for rule, s in ref if rule == r.count] or [s for _, s in ref]
+        same_doc += r.count in same
+        if r.count == 0 and min(same) > 0:
+            zero_flip += 1
+            examples.append((a, b, min(same)))
+            pa, pb = positions(scan.tokens, scan.encode([a])), positions(scan.tokens, scan.encode([b]))
+            rare, other = (pa, pb) if len(pa) <= len(pb) else (pb, pa)
+            near = rare[near_same_document(rare, other, scan.doc_starts, 1000)]
+            docs = np.searchsorted(scan.doc_starts, near, side="right") - 1
+            only_pool += bool((docs >= ARTICLE_COUNT).all())  # documents after the articles are the pool's
+    print(
+        f"window exactness on {checked} pairs (plain numpy scan of the token files, {time.perf_counter() - t:.0f} s):"
+    )
+    print(f"  engine count == engine rule re-done on the tokens: {agree}/{checked}")
+    print(f"  engine count == same-document 1000-token window:   {same_doc}/{checked}; engine 0 where that count is "
+          f"not: {zero_flip} (all such co-occurrences in pool paragraphs for {only_pool})")  # fmt: skip
+    print(f"  window_exact == same-document 1000-token window:   {exact_ok}/{checked}")
+    for a, b, n in examples[:3]:
+        print(f"    e.g. {a!r} & {b!r}: window 0, same-document window {n}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default="hotpotqa")
@@ -124,6 +169,9 @@ def main() -> None:
     ap.add_argument("--scan-pairs", type=int, default=200, help="pairs checked against the plain scan")
     ap.add_argument("--build", type=Path, default=None, help="build a fresh index here first and time it")
     ap.add_argument("--bare", action="store_true", help="also time the engine's suffix-array build alone")
+    ap.add_argument(
+        "--cold", action="store_true", help="also time a first pass with the index out of the page cache"
+    )
     args = ap.parse_args()
     print(f"machine load: {os.getloadavg()}")
 
@@ -132,8 +180,9 @@ def main() -> None:
         index = args.build.expanduser().resolve()
         t, c = time.perf_counter(), time.process_time()
         build_local_index(docs(), index, progress=True, total_docs=docs.expected_docs)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"build: {time.perf_counter() - t:.1f} s wall, {time.process_time() - c:.1f} s CPU in this process "
-              f"(+ suffix-array children {rusage_children()[0]:.1f} s CPU); peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")  # fmt: skip
+              f"(+ suffix-array children {rusage_children()[0]:.1f} s CPU); peak RSS {rss:.0f} MB")  # fmt: skip
     else:
         index = default_index_dir(docs.fingerprint, "wordpiece", docs.source.index_home)
         if not index.is_dir():
@@ -152,6 +201,13 @@ def main() -> None:
 
     ents, pairs = queries(args.entities, args.pairs)
     print(f"queries: {len(ents)} entities, {len(pairs)} entity pairs (HotpotQA dev 0-299 context titles)")
+    if args.cold:
+        for prefetch in (True, False):
+            evict(index)  # the files leave the page cache; a fresh engine reads what it needs from disk
+            cold = LocalInfiniGram(index, prefetch=prefetch)
+            ct, _ = timed(cold.count, ents, warm=False)
+            line(f"count, cold, {'engine default prefetching' if prefetch else 'no prefetching'}", ct)
+            del cold
     t = time.perf_counter()
     ours = LocalInfiniGram(index)
     print(f"  open: {1e3 * (time.perf_counter() - t):.1f} ms")
@@ -163,39 +219,15 @@ def main() -> None:
         timed(stats.count, ents)  # first pass: page cache
         ct, counts = timed(stats.count, ents)
         line(name, ct, f"(found {sum(r.count > 0 for r in counts)}/{len(counts)})")
-    win = LocalInfiniGram(index, cooccurrence="window", max_diff_tokens=1000)
-    timed(lambda p: win.cooccur(*p), pairs)
-    wt, wres = timed(lambda p: win.cooccur(*p), pairs)
-    line("window co-occurrence (1000 tokens)", wt, f"(non-zero {sum(r.count > 0 for r in wres)})")
-    timed(lambda p: ours.cooccur(*p), pairs)
-    dt, dres = timed(lambda p: ours.cooccur(*p), pairs)
-    line("document co-occurrence", dt, f"(non-zero {sum(r.count > 0 for r in dres)})")
-    print(f"  window exact (not subsampled): {sum(r.exact for r in wres)}/{len(wres)}")
-
-    scan = IndexScan(win)
-    agree = same_doc = zero_flip = checked = 0
-    examples = []
-    t = time.perf_counter()
-    for (a, b), r in list(zip(pairs, wres, strict=True))[: args.scan_pairs]:
-        if not r.exact:
-            continue
-        ref = scan.window([a], [b], 1000)
-        checked += 1
-        rule = [rule for rule, _ in ref]
-        agree += r.count in rule
-        same = [s for rr, s in ref if rr == r.count] or [s for _, s in ref]
-        same_doc += r.count in same
-        if r.count == 0 and min(same) > 0:
-            zero_flip += 1
-            examples.append((a, b, min(same)))
-    print(
-        f"window exactness on {checked} pairs (plain numpy scan of the token files, {time.perf_counter() - t:.0f} s):"
-    )
-    print(f"  engine count == engine rule re-done on the tokens: {agree}/{checked}")
-    print(f"  engine count == same-document 1000-token window:   {same_doc}/{checked}; "
-          f"engine 0 where the same-document count is not: {zero_flip}")  # fmt: skip
-    for a, b, n in examples[:3]:
-        print(f"    e.g. {a!r} & {b!r}: window 0, same-document window {n}")
+    results = {}
+    for mode in ("window", "window_exact", "document"):
+        stats = LocalInfiniGram(index, cooccurrence=mode, max_diff_tokens=1000)
+        timed(lambda p, s=stats: s.cooccur(*p), pairs)
+        times, res = timed(lambda p, s=stats: s.cooccur(*p), pairs)
+        line(f"{mode} co-occurrence", times, f"(non-zero {sum(r.count > 0 for r in res)})")
+        results[mode] = res
+    print(f"  window counts not subsampled: {sum(r.exact for r in results['window'])}/{len(pairs)}")
+    scan_check(IndexScan(ours), pairs, results["window"], results["window_exact"], args.scan_pairs)
 
 
 if __name__ == "__main__":

@@ -267,6 +267,7 @@ def test_window_counts_are_the_engines_rule_exactly_and_never_exceed_the_same_do
     article_index, article_slices
 ):
     win = LocalInfiniGram(article_index, cooccurrence="window", max_diff_tokens=1000)
+    exact = LocalInfiniGram(article_index, cooccurrence="window_exact", max_diff_tokens=1000)
     doc = LocalInfiniGram(article_index, cooccurrence="document")
     scan = IndexScan(win)
     checked = differ = 0
@@ -277,12 +278,13 @@ def test_window_counts_are_the_engines_rule_exactly_and_never_exceed_the_same_do
         same = [s for rule, s in ref if rule == got.count]
         assert same, (a, b, got.count, ref)  # the engine's count is its rule, re-done on the raw tokens
         assert got.count <= min(same), (a, b)  # it only ever drops spans, never adds one
+        assert exact.cooccur(a, b).count in [s for _, s in ref], (a, b)  # window_exact is the plain rule
         differ += got.count < min(same)
         if got.count:
             assert doc.cooccur(a, b).count > 0  # a window pair always lies within one document
         checked += 1
     assert checked >= 120
-    assert differ < checked  # with long documents most pairs agree with the same-document count as well
+    assert 0 < differ < checked  # the engine's artefact shows even among long documents, but rarely
     assert scan.count(["Anarchism"]) == win.count("Anarchism").count  # positions agree with the suffix array
 
 
@@ -428,7 +430,10 @@ def test_every_pool_config_has_a_world_twin(dataset):
                 assert p[key] == pytest.approx(published / ref, rel=1e-4)
             assert p["cooccurrence_threshold"] == pytest.approx(1 / ref, rel=1e-4)
             assert world.corpus_stats.corpus == f"wiki-articles+pool:{dataset}"
-            assert world.corpus_stats.cooccurrence == "window" and world.corpus_stats.max_diff_tokens == 1000
+            assert (
+                world.corpus_stats.cooccurrence == "window_exact"
+                and world.corpus_stats.max_diff_tokens == 1000
+            )
         elif world.method == "dtr":
             assert (
                 world.params.get("path_retriever") == "pipeline"
@@ -460,3 +465,17 @@ def test_index_haystack_command(article_slices, pool_slice, tmp_path):
     assert again.exit_code == 0 and "reused" in _flat(again.output)
     bad = CliRunner().invoke(app, ["index", "haystack", "--dataset", "musique", "--out", str(tmp_path / "m")])
     assert bad.exit_code == 2 and "no paragraph pool" in _flat(bad.output)
+
+
+@pytest.mark.parametrize("scan_ratio", [0, 10**12])  # always read the tokens around / always list positions
+def test_window_exact_strategies_agree_with_the_plain_scan(
+    article_index, article_slices, monkeypatch, scan_ratio
+):
+    from quco.corpus_stats import local as local_mod
+
+    monkeypatch.setattr(local_mod, "SCAN_RATIO", scan_ratio)
+    exact = LocalInfiniGram(article_index, cooccurrence="window_exact", max_diff_tokens=300)
+    scan = IndexScan(exact)
+    pairs = _sample_pairs(article_slices, 60) + [(["the"], ["of"]), (["Ed Wood"], ["the", "a"])]
+    for a, b in pairs:
+        assert exact.cooccur(a, b).count in [s for _, s in scan.window(a, b, 300)], (a, b)

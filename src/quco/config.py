@@ -60,7 +60,7 @@ class CorpusStatsConfig(_Section):
     corpus: str | None = None  # default: the retriever's corpus
     index_dir: str | None = None  # default: <cache>/infini-gram/<corpus fingerprint>-<tokenizer>
     tokenizer: str = "wordpiece"  # "wordpiece" (uncased, bundled) | "bytes" | path to a tokenizers JSON
-    cooccurrence: Literal["document", "window"] = "document"
+    cooccurrence: Literal["document", "window", "window_exact"] = "document"
     max_diff_tokens: int = 1000  # window size for window co-occurrence (the published value)
     max_clause_freq: int = 500000
     api_url: str = "https://api.infini-gram.io/"
