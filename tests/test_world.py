@@ -479,3 +479,11 @@ def test_window_exact_strategies_agree_with_the_plain_scan(
     pairs = _sample_pairs(article_slices, 60) + [(["the"], ["of"]), (["Ed Wood"], ["the", "a"])]
     for a, b in pairs:
         assert exact.cooccur(a, b).count in [s for _, s in scan.window(a, b, 300)], (a, b)
+
+
+def test_index_read_into_memory_counts_the_same(article_index):
+    mapped = LocalInfiniGram(article_index, cooccurrence="window_exact")
+    in_ram = LocalInfiniGram(article_index, cooccurrence="window_exact", load_to_ram=True, prefetch=True)
+    for phrase in ("Anarchism", "the", "Ed Wood", "Zqxjv Nonexistent"):
+        assert mapped.count(phrase).count == in_ram.count(phrase).count
+    assert mapped.cooccur("Anarchism", "Proudhon").count == in_ram.cooccur("Anarchism", "Proudhon").count

@@ -85,6 +85,7 @@ def open_or_build_local(
         cooccurrence=config.cooccurrence,
         max_diff_tokens=config.max_diff_tokens,
         max_clause_freq=config.max_clause_freq,
+        load_to_ram=config.load_to_ram,
     )
 
 
