@@ -228,9 +228,9 @@ def test_corpus_encoder_matches_the_tokenizer_exactly(article_slices):
     got = [a for i in range(0, len(texts), 7) for a in encoder.encode_batch(texts[i : i + 7])]
     assert [list(g) for g in got] == tok.encode_batch(texts)
     assert all(g.dtype == np.uint16 for g in got)
-    assert (
-        0 < encoder.chunks_tokenized < encoder.chunks_seen
-    )  # repeated chunks were looked up, not re-tokenized
+    # repeated chunks were looked up, not tokenized again
+    assert 0 < encoder.chunks_tokenized < encoder.chunks_seen
+    assert encoder.encode_batch([]) == []
     by = CorpusEncoder(load_tokenizer("bytes"))
     assert [list(g) for g in by.encode_batch(TRICKY)] == [load_tokenizer("bytes").encode(t) for t in TRICKY]
 

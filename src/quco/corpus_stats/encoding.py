@@ -76,6 +76,8 @@ class CorpusEncoder:
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Token ids of each text (no special tokens), as arrays of the index's token dtype."""
+        if not texts:
+            return []
         if self.tokenizer.json_text is None:  # UTF-8 bytes after NFC; 0xFF (the separator) never occurs
             return [
                 np.frombuffer(unicodedata.normalize("NFC", t).encode("utf-8"), dtype=np.uint8) for t in texts
