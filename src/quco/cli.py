@@ -196,7 +196,8 @@ def _index_bm25(corpus: str | list[str], out_dir: Path | None, on_error: str) ->
     report = index_corpus(corpus, out_dir=out_dir, on_error=on_error, progress=True)
     out.print(
         f"BM25: {report.passages_indexed} passages indexed from {report.lines_read} lines "
-        f"({report.skipped} skipped) in {report.seconds:.1f}s -> {report.index_dir}"
+        f"({report.skipped} skipped) {'reused, checked' if report.reused else 'built'} in {report.seconds:.1f}s "
+        f"-> {report.index_dir}"
     )
 
 
