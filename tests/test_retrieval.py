@@ -255,7 +255,7 @@ def test_unusable_corpus_specs(tmp_path: Path):
         CorpusSource.resolve(_write(tmp_path / "c.csv", ["a,b"]))
     with pytest.raises(CorpusFormatError, match="no corpus given"):
         CorpusSource.resolve("  ")
-    with pytest.raises(InputError, match="on_error must be"):
+    with pytest.raises(InputError, match=r"on_error \(--on-error\) must be"):
         _passages(_write(tmp_path / "ok.jsonl", [GOOD]), on_error="ignore")
 
 

@@ -98,6 +98,14 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging
 CorpusOpt = Annotated[str, typer.Option("--corpus", help="JSONL/TSV corpus, or 'wiki-summaries'.")]
 IndexOutOpt = Annotated[Path | None, typer.Option("--out", help="Index directory (default: the cache).")]
 OnErrorOpt = Annotated[str, typer.Option(help="On a bad corpus line: 'stop' or 'skip'.")]
+CorporaOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--corpus",
+        help="JSONL/TSV corpus, 'wiki-summaries', 'wiki-articles', 'wiki-articles+pool:DATASET' or "
+        "'haystack:DATASET'; repeat to index several files as one corpus.",
+    ),
+]
 
 
 def _build_pipeline(config: Path | None, method: str | None, sets: list[str] | None):  # noqa: ANN202
@@ -227,35 +235,49 @@ def index_all(
     _index_stats(corpus, None, tokenizer, on_error)
 
 
-def _index_bm25(corpus: str, out_dir: Path | None, on_error: str) -> None:
+def _index_bm25(corpus: str | list[str], out_dir: Path | None, on_error: str) -> None:
     from quco.retrieval import index_corpus
 
     report = index_corpus(corpus, out_dir=out_dir, on_error=on_error, progress=True)
     out.print(
         f"BM25: {report.passages_indexed} passages indexed from {report.lines_read} lines "
-        f"({report.skipped} skipped) in {report.seconds:.1f}s -> {report.index_dir}"
+        f"({report.skipped} skipped) {'reused, checked' if report.reused else 'built'} in {report.seconds:.1f}s "
+        f"-> {report.index_dir}"
     )
 
 
-def _index_stats(corpus: str, out_dir: Path | None, tokenizer: str, on_error: str) -> None:
+def _index_stats(corpus: str | list[str], out_dir: Path | None, tokenizer: str, on_error: str) -> None:
     from quco.corpus_stats import Manifest, build_local_index, default_index_dir
+    from quco.corpus_stats.build import clean_stale_builds
+    from quco.locks import build_lock
     from quco.retrieval import CorpusReport, corpus_docs
 
     docs = corpus_docs(corpus, on_error=on_error)  # type: ignore[arg-type]
-    target = (out_dir or default_index_dir(docs.fingerprint, tokenizer)).expanduser().resolve()
-    if target.exists():
-        manifest = Manifest.read(target)
-        if manifest.corpus_fingerprint == docs.fingerprint:
-            out.print(f"corpus statistics: index exists ({manifest.doc_count} documents) -> {target}")
-            return
-        raise QucoError(
-            f"{target} already holds an index of another corpus; choose another --out or delete it"
-        )
-    report = CorpusReport()
-    t0 = time.perf_counter()
-    build_local_index(
-        docs(report), target, tokenizer=tokenizer, progress=True, corpus_fingerprint=docs.fingerprint
+    target = (
+        (out_dir or default_index_dir(docs.fingerprint, tokenizer, docs.source.index_home))
+        .expanduser()
+        .resolve()
     )
+    with build_lock(target):
+        if target.exists():
+            manifest = Manifest.read(target)
+            if manifest.corpus_fingerprint == docs.fingerprint:
+                out.print(f"corpus statistics: index exists ({manifest.doc_count} documents) -> {target}")
+                return
+            raise QucoError(
+                f"{target} already holds an index of another corpus; choose another --out or delete it"
+            )
+        clean_stale_builds(target)
+        report = CorpusReport()
+        t0 = time.perf_counter()
+        build_local_index(
+            docs(report),
+            target,
+            tokenizer=tokenizer,
+            progress=True,
+            corpus_fingerprint=docs.fingerprint,
+            total_docs=docs.expected_docs,
+        )
     manifest = Manifest.read(target)
     if manifest.doc_count != report.passages:
         raise QucoError(
@@ -263,14 +285,16 @@ def _index_stats(corpus: str, out_dir: Path | None, tokenizer: str, on_error: st
         )
     out.print(
         f"corpus statistics: {manifest.doc_count} documents indexed from {report.lines_read} lines "
-        f"({report.skipped} skipped), {manifest.token_count} tokens in {time.perf_counter() - t0:.1f}s -> {target}"
+        f"({report.skipped} skipped), {manifest.token_count} tokens in {time.perf_counter() - t0:.1f}s "
+        f"(tokenizing {manifest.tokenize_seconds:.1f}s, suffix array {manifest.suffix_array_seconds:.1f}s) "
+        f"-> {target}"
     )
 
 
 @index_app.command("bm25")
 @friendly_errors
 def index_bm25(
-    corpus: CorpusOpt,
+    corpus: CorporaOpt,
     out_dir: IndexOutOpt = None,
     on_error: OnErrorOpt = "stop",
     verbose: VerboseOpt = False,
@@ -283,7 +307,7 @@ def index_bm25(
 @index_app.command("stats")
 @friendly_errors
 def index_stats_cmd(
-    corpus: CorpusOpt,
+    corpus: CorporaOpt,
     out_dir: IndexOutOpt = None,
     tokenizer: Annotated[
         str, typer.Option(help="wordpiece (default), bytes, or a tokenizers JSON file.")
@@ -294,6 +318,57 @@ def index_stats_cmd(
     """Build a local Infini-gram index (corpus statistics) of a corpus."""
     _setup_logging(verbose)
     _index_stats(corpus, out_dir, tokenizer, on_error)
+
+
+@index_app.command("haystack")
+@friendly_errors
+def index_haystack_cmd(
+    dataset: Annotated[
+        str | None,
+        typer.Option(help="Dataset whose paragraph pool joins the articles: hotpotqa or 2wikimultihopqa."),
+    ] = None,
+    pool: Annotated[Path | None, typer.Option(help="Another pool file instead of the dataset's.")] = None,
+    articles: Annotated[
+        list[Path] | None,
+        typer.Option("--articles", help="Article files (default: the four Wikipedia shards); repeatable."),
+    ] = None,
+    words: Annotated[int, typer.Option(help="Words per article passage (DPR: 100).")] = 100,
+    out_dir: IndexOutOpt = None,
+    force: Annotated[bool, typer.Option(help="Rebuild even if a matching haystack exists.")] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Build the retrieval haystack: Wikipedia articles in 100-word passages plus a dataset's paragraph pool."""
+    from quco.world.haystack import ensure_haystack, plan
+
+    _setup_logging(verbose)
+    t0 = time.perf_counter()
+    target, manifest, reused = ensure_haystack(
+        plan(dataset, articles=articles, pool=pool, words=words), out_dir, progress=True, force=force
+    )
+    what = "reused" if reused else f"built in {time.perf_counter() - t0:.1f}s"
+    out.print(
+        f"haystack {manifest.name}: {manifest.passages:,} passages ({manifest.article_passages:,} from "
+        f"articles, {manifest.pool_passages:,} pool paragraphs), {what} -> {target / manifest.file}"
+    )
+
+
+@index_app.command("world")
+@friendly_errors
+def index_world_cmd(
+    dataset: Annotated[str, typer.Option(help="hotpotqa or 2wikimultihopqa.")],
+    tokenizer: Annotated[
+        str, typer.Option(help="Corpus-statistics tokenizer: wordpiece, bytes, or a file.")
+    ] = "wordpiece",
+    verbose: VerboseOpt = False,
+) -> None:
+    """Build everything the realistic world's configs use: the haystack, its BM25 index, and the statistics
+    index of the articles plus the pool (in QUCO_WORLD_DIR, default <cache>/world)."""
+    from quco.world.sources import pool_for
+
+    _setup_logging(verbose)
+    name = pool_for(dataset).dataset
+    _index_bm25(f"haystack:{name}", None, "stop")
+    _index_stats(f"wiki-articles+pool:{name}", None, tokenizer, "stop")
 
 
 @index_app.command("dense")

@@ -68,9 +68,12 @@ class CorpusStatsConfig(_Section):
     corpus: str | None = None  # default: the retriever's corpus
     index_dir: str | None = None  # default: <cache>/infini-gram/<corpus fingerprint>-<tokenizer>
     tokenizer: str = "wordpiece"  # "wordpiece" (uncased, bundled) | "bytes" | path to a tokenizers JSON
-    cooccurrence: Literal["document", "window"] = "document"
+    cooccurrence: Literal["document", "window", "window_exact"] = "document"
     max_diff_tokens: int = Field(1000, ge=1)  # window size for window co-occurrence (the published value)
     max_clause_freq: int = Field(500000, ge=1)
+    # Read a local index into memory at start-up instead of paging it in (+ its size in RSS, seconds to open):
+    # counts stay fast when other processes push its pages out of the page cache.
+    load_to_ram: bool = False
     api_url: str = "https://api.infini-gram.io/"
     api_index: str = "v4_olmo-2-0325-32b-instruct_llama"
     api_key_env: str | None = None  # variable holding the bearer key of a `quco serve stats` that needs one

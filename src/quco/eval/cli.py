@@ -258,11 +258,15 @@ def summary_cli(
             vals.append(iv.format(digits, scale))
         return [row["run"], row["method"], str(row["questions"])] + vals
 
+    from quco.world.guard import world_lines  # which world each run measured in (pool or realistic)
+
     if markdown:
         out.print("| " + " | ".join(headers) + " |", highlight=False, soft_wrap=True)
         out.print("|" + "---|" * len(headers), highlight=False, soft_wrap=True)
         for row in rows:
             out.print("| " + " | ".join(cells(row)) + " |", highlight=False, soft_wrap=True)
+        for line in world_lines([load_run(r) for r in runs]):
+            out.print(f"- {line}", highlight=False, soft_wrap=True)
         return
     table = Table(title="mean per question [95% bootstrap CI]; EM and F1 in %")
     for h in headers:
@@ -270,6 +274,8 @@ def summary_cli(
     for row in rows:
         table.add_row(*cells(row))
     out.print(table)
+    for line in world_lines([load_run(r) for r in runs]):
+        out.print(line, highlight=False, soft_wrap=True)
 
 
 @eval_app.command("compare")

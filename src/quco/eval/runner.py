@@ -506,6 +506,9 @@ def run_eval(
             f"another `quco eval` is writing into {out}; wait for it or choose another --out"
         ) from None
     try:
+        from quco.world.guard import record_world  # world.json: which corpora, pool or realistic
+
+        record_world(out, tgt.config)
         return _run_locked(
             out, tgt, identity, config_hash, examples, ref, workers, resume, reprompt, progress,
             retry_errors, reprompt_max_new_tokens, label, start,

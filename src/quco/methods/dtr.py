@@ -18,6 +18,7 @@ import math
 from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from quco.answer import extract_answer
@@ -26,6 +27,7 @@ from quco.engine.method import Check, Decision, Draft, Method, MethodParams
 from quco.llm.base import Capability
 from quco.prompts import PromptTemplate, TemplateSection
 from quco.retrieval.base import Passage, Retriever
+from quco.retrieval.corpus import document_text
 from quco.retrieval.dense import DEFAULT_DENSE_MODEL, DenseRetriever
 from quco.trace import RetrievedRef
 from quco.triggers.dtr import AisScore, ais_select, ugt_decision
@@ -47,6 +49,7 @@ ANSWER_TEMPLATE = PromptTemplate(
 )
 DENSE_EXTRA = "dense"  # key of the dense retriever in Parts.extras (shared with any other dense method)
 _STANDARD_EXTRA = "dtr.standard_retriever"
+_EMBEDDER_EXTRA = "dtr.embedder"
 
 
 class DTRParams(MethodParams):
@@ -58,6 +61,10 @@ class DTRParams(MethodParams):
     n_per_path: int = Field(default=5, ge=1)  # passages fetched per path before AIS (published topn = 5)
     # Standard retrieval only: the dense index, or the pipeline's configured retriever (BM25).
     standard_retriever: Literal["dense", "pipeline"] = "dense"
+    # Dual path: where both paths' candidates come from. "dense": the dense index of the corpus (published);
+    # "pipeline": the pipeline's retriever (BM25), with the AIS cosines computed by embedding the few
+    # candidates on the fly, for corpora too large to embed (the Wikipedia haystack, docs/world.md).
+    path_retriever: Literal["dense", "pipeline"] = "dense"
     # "short": zero-shot short answer from the passages (the paper's prompt); "cot": the configured few-shot
     # chain-of-thought prompt, as the other methods use, for like-for-like comparisons.
     answer_prompt: Literal["short", "cot"] = "short"
@@ -122,7 +129,13 @@ class DTR(Method):
     def setup(self, parts: Any) -> None:
         p = self.params
         cfg = parts.config
-        if p.retrieval == "dual_path" or p.standard_retriever == "dense":
+        if p.retrieval == "dual_path" and p.path_retriever == "pipeline":
+            from quco.retrieval import build_retriever
+            from quco.retrieval.dense import Embedder
+
+            parts.extras[_STANDARD_EXTRA] = parts.retriever or build_retriever(cfg.retriever)
+            parts.extras[_EMBEDDER_EXTRA] = Embedder(p.dense_model, batch_size=p.dense_batch_size)
+        elif p.retrieval == "dual_path" or p.standard_retriever == "dense":
             existing = parts.extras.get(DENSE_EXTRA)
             if not (isinstance(existing, DenseRetriever) and existing.embedder.name == p.dense_model):
                 from quco.retrieval.dense import ensure_dense_index
@@ -200,7 +213,8 @@ class DTR(Method):
     def _dual_path(self, question: str, ctx: RunContext, signals: dict[str, Any], reason: str) -> Decision:
         p = self.params
         k = p.top_k or 3
-        dense = self._dense(ctx)
+        on_the_fly = p.path_retriever == "pipeline"
+        dense = ctx.parts.extras[_STANDARD_EXTRA] if on_the_fly else self._dense(ctx)
         raw = ctx.generate(
             PSEUDO_PROMPT.format(question=question),
             role="pseudo_document",
@@ -214,8 +228,14 @@ class DTR(Method):
         if not candidates:
             return Decision(True, queries, signals, f"{reason}; nothing retrieved", passages=[], refs=[])
         with ctx.timed("retrieval"):
-            vecs = dense.encode_queries(queries)
-            sims = dense.similarities(vecs, [c.id for c in candidates])
+            if on_the_fly:
+                emb = ctx.parts.extras[_EMBEDDER_EXTRA]
+                vecs = emb.encode([p.dense_query_prefix + q for q in queries])
+                texts = [p.dense_passage_prefix + document_text(c) for c in candidates]
+                sims = np.clip(vecs @ emb.encode(texts).T, -1.0, 1.0)
+            else:
+                vecs = dense.encode_queries(queries)
+                sims = dense.similarities(vecs, [c.id for c in candidates])
         s1 = [float(x) for x in sims[0]]
         if pseudo:
             s2 = [float(x) for x in sims[1]]
