@@ -23,6 +23,7 @@ import numpy as np
 from quco.config import GeneratorConfig
 from quco.errors import CapabilityError, ConfigError, QucoError
 from quco.llm.base import Analysis, Capability, Generation, StopWhen, prompt_budget
+from quco.llm.models import named_gguf
 from quco.paths import cache_dir
 
 logger = logging.getLogger(__name__)
@@ -69,13 +70,17 @@ def resolve_gguf(config: GeneratorConfig) -> Path:
     """The GGUF file a config names: the bundled default, ``model``/``gguf_file``, or ``model`` as a file."""
     if config.model == DEFAULT_MODEL and config.gguf_file is None:
         return default_gguf_path()
+    if config.gguf_file is None:
+        named = named_gguf(config.model)  # a pulled model by name (`quco models`), or None
+        if named is not None:
+            return named
     path = Path(config.model).expanduser()
     if config.gguf_file is not None:
         path = path / config.gguf_file
     if not path.is_file() or path.suffix.lower() != ".gguf":
         raise ConfigError(
             f"generator model '{path}' is not a GGUF file; the 'llamacpp' backend needs generator.model to be "
-            f"a .gguf path (or a directory plus generator.gguf_file), or '{DEFAULT_MODEL}'"
+            f"a .gguf path (or a directory plus generator.gguf_file), or a model name from `quco models`"
         )
     return path
 
