@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from quco.config import GeneratorConfig
+from quco.config import GeneratorConfig, load_config
 from quco.errors import ConfigError
 from quco.llm import models
 from quco.llm.models import KNOWN_MODELS, KnownModel, is_present, model_path, named_gguf
@@ -219,3 +219,33 @@ def test_the_evaluation_model_is_described_honestly() -> None:
     assert qwen.sha256 == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
     assert "Qwen2.5-Coder-1.5B-Instruct" in qwen.origin and "third party" in qwen.origin
     assert not models.known_model("gemma3-270m").pulled
+
+
+def test_eval_configs_run_every_method_on_the_evaluation_model() -> None:
+    """configs/eval/<dataset>/: each method on the evaluation model (llamacpp; hf where attention is needed)."""
+    from quco.eval.cli import infer_dataset
+    from quco.methods import method_class
+
+    root = Path(__file__).resolve().parents[1] / "configs" / "eval"
+    wanted = {
+        "wo-rag",
+        "sr-rag",
+        "fs-rag",
+        "flare",
+        "dtr-ugt",
+        "quco",
+        "quco-llm",
+        "random",
+        "dragin",
+        "seakr",
+    }
+    for dataset in ("hotpotqa", "2wikimultihopqa"):
+        files = {p.stem: p for p in (root / dataset).glob("*.yaml")}
+        assert wanted <= files.keys(), dataset
+        for name, path in files.items():
+            assert path.read_text(encoding="utf-8").startswith("# world:"), path
+            cfg = load_config(path)
+            method_class(cfg.method)(cfg.params)  # parameters valid for the method
+            assert cfg.generator.model == "qwen2.5-1.5b-instruct", path
+            assert cfg.generator.backend == ("hf" if name in ("dragin", "seakr") else "llamacpp"), path
+            assert infer_dataset(cfg, path) == dataset

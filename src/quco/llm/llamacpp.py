@@ -214,6 +214,14 @@ class LlamaCppGenerator:
             top_logprobs=config.top_logprobs,
         )
 
+    def clear_cache(self) -> None:
+        """Forget every evaluated state (saved prefixes and the last prompt): the next prompt runs in full."""
+        with self._lock:
+            self._states.clear()
+            self._ends, self._key = [], None
+            self.llama.n_tokens = 0
+            self.llama._ctx.kv_cache_clear()
+
     # ----------------------------------------------------------------------------------------------------------
     def count_tokens(self, text: str) -> int:
         """Tokens the text contributes to a prompt (no BOS), tokenized as llama.cpp's server does."""
