@@ -436,7 +436,7 @@ class LlamaCppGenerator:
                     llama.eval(ids[start:end])
                     start = end
                 state, evaluated = self._save(), shared
-                if self.reuse and self.prefix_states > 0:
+                if self.prefix_states > 0:
                     self._keep_state(key, state)
             else:
                 self._states.move_to_end(key)
