@@ -332,11 +332,16 @@ class LlamaCppGenerator:
         if not self.reproducible:  # llama-cpp-python's own prefix reuse (what it evaluates is not reported)
             feed, reset = ids, True
             out.evaluated = None
+            self._ends, self._key = [], None  # nothing cached is known to follow the batching rule
         elif same_prompt and self._rerun_last(ids):
             feed, reset = [ids[-1]], False
             out.evaluated = 1
         else:
-            out.evaluated = self._prefill(ids, shared)
+            try:
+                out.evaluated = self._prefill(ids, shared)
+            except BaseException:
+                self._ends, self._key = [], None  # a half-evaluated prompt is never reused
+                raise
             feed, reset = [], False  # the prompt is evaluated: sample from its last batch's scores
         for token in self.llama.generate(
             feed,
