@@ -162,13 +162,15 @@ def phase_llamacpp(model: str, threads: int | None, new_tokens: int) -> dict:
     _, out["state_restore_ms"], _ = timed(lambda: gen._restore(state, key))
     out["state_save_ms"] *= 1000
     out["state_restore_ms"] *= 1000
-    # decoding: the same call with 1 and with new_tokens tokens (the prompt's rest is evaluated in both)
-    kw = {"logprobs": True, "entropy": True}
-    _, wall1, cpu1 = timed(lambda: gen.generate(prompt, max_new_tokens=1, **kw))
-    g, wall, cpu = timed(lambda: gen.generate(prompt, max_new_tokens=new_tokens, **kw)[0])
-    n = len(g.token_ids) - 1
-    out["decode_tokens"] = n
-    out["decode_tok_s"], out["decode_cpu_ms_per_tok"] = n / (wall - wall1), 1000 * (cpu - cpu1) / n
+    # decoding: a short prompt that keeps going, with 1 and with new_tokens tokens; the difference is decoding
+    counting = "Counting from 1 to 500: " + ", ".join(str(i) for i in range(1, 21)) + ","
+    for label, kw in (("plain", {}), ("scores", {"logprobs": True, "entropy": True})):
+        _, wall1, cpu1 = timed(lambda kw=kw: gen.generate(counting, max_new_tokens=1, **kw))
+        g, wall, cpu = timed(lambda kw=kw: gen.generate(counting, max_new_tokens=new_tokens, **kw)[0])
+        n = len(g.token_ids) - 1
+        out[f"decode_{label}_tokens"] = n
+        out[f"decode_{label}_tok_s"] = n / (wall - wall1)
+        out[f"decode_{label}_cpu_ms_per_tok"] = 1000 * (cpu - cpu1) / n
     out["peak_rss_mb"] = _peak_rss_mb()
     return out
 
@@ -189,10 +191,11 @@ def _print_llamacpp(r: dict) -> None:
         f"  saved exemplar state: {r['state_mb']:.1f} MB, save {r['state_save_ms']:.0f} ms, "
         f"restore {r['state_restore_ms']:.0f} ms"
     )
-    print(
-        f"  greedy decoding with logprobs + entropy: {r['decode_tok_s']:.1f} tok/s, "
-        f"{r['decode_cpu_ms_per_tok']:.0f} CPU ms per token ({r['decode_tokens']} tokens)"
-    )
+    for label, what in (("plain", "text only"), ("scores", "logprobs + entropy")):
+        print(
+            f"  greedy decoding, {what}: {r[f'decode_{label}_tok_s']:.1f} tok/s, "
+            f"{r[f'decode_{label}_cpu_ms_per_tok']:.0f} CPU ms per token ({r[f'decode_{label}_tokens']} tokens)"
+        )
     print(f"  peak RSS: {r['peak_rss_mb']:.0f} MB")
 
 
