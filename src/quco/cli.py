@@ -42,6 +42,10 @@ def _mount_optional() -> None:
     app.command("calibrate")(calibrate_command)
     serve_app.command("api")(serve_api)
 
+    from quco.llm.models_cli import models_app  # `quco models`: list the known models, pull one
+
+    app.add_typer(models_app, name="models")
+
 
 out = Console()
 err = Console(stderr=True)

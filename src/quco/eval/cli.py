@@ -49,7 +49,7 @@ def eval_command(
     limit: int | None = None,
     offset: int = 0,
     out_dir: Path | None = None,
-    workers: int = 1,
+    workers: int | None = None,
     resume: bool = True,
     reprompt: bool = False,
     sets: Sequence[str] = (),
@@ -196,8 +196,12 @@ def eval_cli(
         Path | None, typer.Option("--out", help="Run directory (default runs/DATASET-METHOD-HASH).")
     ] = None,
     workers: Annotated[
-        int, typer.Option(help="Questions answered concurrently (backends that allow it).")
-    ] = 1,
+        int | None,
+        typer.Option(
+            help="Questions answered concurrently (backends that allow it); llamacpp: worker processes, "
+            "default one per core; others: default 1."
+        ),
+    ] = None,
     resume: Annotated[
         bool, typer.Option(help="Continue a run in --out (default); --no-resume refuses.")
     ] = True,

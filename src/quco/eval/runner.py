@@ -9,6 +9,8 @@ would silently corrupt every number computed from it.
 Concurrency: with ``workers > 1`` questions are answered on threads that share one pipeline. Whether that
 is safe and useful is the backend's business (the in-process transformers backend serialises generation
 with a lock, so it runs with one worker here); scoring and writing always happen on the calling thread.
+For the in-process llama.cpp backend the workers are processes (``quco.eval.parallel``), one per core by
+default.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from quco.config import PipelineConfig, load_config
 from quco.datasets import Example, load_dataset, resolve_dataset
 from quco.errors import QucoError
 from quco.eval.metrics import MARKER, extract_hotpotqa, score_prediction
+from quco.eval.parallel import default_workers, process_workers
 from quco.eval.runs import CONFIG_FILE, RESULTS_FILE, RunError, scan_results, unique_records
+from quco.llm.base import Prompt
 from quco.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -74,6 +78,7 @@ class _Target:
     method: str
     config: PipelineConfig | None = None
     backend: str | None = None
+    built_here: bool = False  # built from a config (so worker processes can build it too)
 
 
 def _resolve_target(
@@ -100,6 +105,7 @@ def _resolve_target(
             cfg.method,
             cfg,
             cfg.generator.backend,
+            built_here=True,
         )
     pipe_cfg = getattr(target, "config", None)
     if hasattr(target, "answer") and isinstance(pipe_cfg, PipelineConfig):  # a built Pipeline
@@ -186,13 +192,16 @@ def reprompt_answer(
     demos = "".join(ex.render() for ex in exemplars)
     bare = cot.rstrip(". ")
     tail = bare if bare.endswith(MARKER) else f"{cot} So the answer is".strip()
-    prompt = f"{demos}Question: {trace.question}\nAnswer: {tail}"
+    prompt = Prompt(f"{demos}Question: {trace.question}\nAnswer: {tail}", len(demos))  # demos: shared prefix
     start = time.perf_counter()
     gens = generator.generate(prompt, max_new_tokens=max_new_tokens, stop=["\n"])
     seconds = time.perf_counter() - start
     gen = gens[0]
     trace.counters.add_llm(
-        REPROMPT_ROLE, gen.prompt_tokens or generator.count_tokens(prompt), len(gen.token_ids)
+        REPROMPT_ROLE,
+        gen.prompt_tokens or generator.count_tokens(prompt),
+        len(gen.token_ids),
+        evaluated=gen.prompt_tokens_evaluated,
     )
     trace.counters.add_seconds("llm", seconds)
     trace.seconds = round(trace.seconds + seconds, 4)
@@ -450,7 +459,7 @@ def run_eval(
     limit: int | None = None,
     offset: int = 0,
     out_dir: str | Path | None = None,
-    workers: int = 1,
+    workers: int | None = None,
     resume: bool = True,
     reprompt: bool = False,
     progress: bool = True,
@@ -475,7 +484,7 @@ def run_eval(
     ``reprompt`` costs one re-prompt call per missing answer instead of a full re-run. Questions it lacks (or
     that raised there) are answered afresh.
     """
-    if workers < 1:
+    if workers is not None and workers < 1:
         raise QucoError(f"workers must be >= 1, got {workers}")
     if traces_from is not None and not reprompt:
         raise QucoError("--traces-from adds the answer re-prompt to a finished run; pass --reprompt with it")
@@ -483,6 +492,8 @@ def run_eval(
     ref = resolve_dataset(dataset)
     examples = load_dataset(dataset, limit=limit, offset=offset, sample=sample, seed=seed)
     tgt = _resolve_target(target, overrides, fingerprint, progress)
+    if workers is None:  # the default: worker processes for llama.cpp (quco.eval.parallel), else one
+        workers = default_workers(tgt.backend if tgt.built_here else None)
     identity: dict[str, Any] = {
         "format": EVAL_FORMAT,
         "metrics_version": METRICS_VERSION,
@@ -564,10 +575,14 @@ def _run_locked(
     errors = sum(1 for r in prior if r.get("error"))
     new: list[dict[str, Any]] = []
     if todo:
-        answer_fn, pipe = tgt.build()
+        procs = process_workers(
+            tgt.config if tgt.built_here else None, tgt.backend, workers,
+            reprompt=reprompt, reprompt_tokens=reprompt_tokens, recorded=reuse,
+        )  # fmt: skip
+        answer_fn, pipe = tgt.build() if procs is None else (None, None)
         generator = getattr(pipe, "generator", None)
         exemplars = tuple(getattr(getattr(pipe, "parts", None), "exemplars", ()) or ())
-        if reprompt and generator is None:
+        if reprompt and generator is None and procs is None:
             raise QucoError("the answer re-prompt needs a pipeline's generator; pass a config or a Pipeline")
         if workers > 1 and tgt.backend == "hf":
             log.warning(
@@ -590,7 +605,7 @@ def _run_locked(
         bar = _Progress(progress, f"{tgt.method} on {ref.name}", len(examples), len(prior), em_sum)
         try:
             with bar, results.open("a", encoding="utf-8") as fh:
-                for outcome in _outcomes(todo, workers, call):
+                for outcome in _outcomes(todo, workers, call) if procs is None else procs.outcomes(todo):
                     rec = _record(outcome)
                     _fsync_write(fh, json.dumps(rec, ensure_ascii=False, default=_json_default) + "\n")
                     new.append(rec)

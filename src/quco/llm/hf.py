@@ -26,6 +26,7 @@ from typing import Any
 from quco.config import GeneratorConfig
 from quco.errors import ConfigError, QucoError
 from quco.llm.base import Analysis, Capability, Generation, StopWhen, prompt_budget
+from quco.llm.models import named_gguf
 from quco.paths import cache_dir
 
 # OpenMP threads that spin while they wait for each other make generation 10-15x slower whenever the cores
@@ -288,8 +289,9 @@ def resolve_model_dir(config: GeneratorConfig) -> tuple[str, str | None, str]:
         out_dir = models_dir / _DEFAULT_HF_DIR
         converted = _ensure_converted(out_dir, lambda: _assemble_default_gguf(models_dir))
         return str(out_dir), None, "converted" if converted else "cache"
-    if config.gguf_file is not None:
-        local = Path(config.model).expanduser() / config.gguf_file
+    named = named_gguf(config.model) if config.gguf_file is None else None  # a pulled model by name
+    if config.gguf_file is not None or named is not None:
+        local = named or Path(config.model).expanduser() / str(config.gguf_file)
         if local.is_file():
             stat = local.stat()
             identity = f"{local.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
