@@ -10,12 +10,20 @@ polished relation, and give nothing for sentences that state no fact between two
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from spacy.tokens import Token
 
 from quco.text.base import LLMCall, Triplet
-from quco.text.mentions import WH_WORDS, Mention, Parsed, parse
+from quco.text.lexicon import (
+    DEMONYMS,
+    PERSON_NOUNS,
+    PERSON_PRONOUNS,
+    THING_NOUNS,
+    THING_PRONOUNS,
+)
+from quco.text.mentions import ROLE_CUES, WH_WORDS, Mention, Parsed, parse
 from quco.text.parsing import parse_tuples
 from quco.text.prompts import ExtractorPrompts, builtin_prompts
 
@@ -45,6 +53,73 @@ def is_question(sentence: str) -> bool:
 
 
 @dataclass(frozen=True)
+class Antecedent:
+    """A name that a later pronoun or descriptive noun may stand for; ``person`` is None when unknown."""
+
+    text: str
+    person: bool | None
+
+
+_THING_LABELS = frozenset({"WORK_OF_ART", "ORG", "GPE", "LOC", "FAC", "EVENT", "PRODUCT", "LAW"})
+
+
+def antecedents(context: str, model: str = "auto") -> list[Antecedent]:
+    """Names of the context, most likely antecedent first: the last sentence before the earlier ones,
+    and in each sentence its subject before its other names (a later "he" usually continues the subject)."""
+    parsed = parse(context, model)
+    doc = parsed.doc
+    out: list[Antecedent] = []
+    for sent in reversed(list(doc.sents)):
+        names = [m for m in parsed.mentions if m.kind == "name" and sent.start <= m.start < sent.end]
+        subjects = [m for m in names if _root(parsed, m).dep_ in ("nsubj", "nsubjpass")]
+        for m in subjects + [m for m in names if m not in subjects]:
+            out.append(Antecedent(m.text, _personhood(parsed, m)))
+    return out
+
+
+def _personhood(parsed: Parsed, m: Mention) -> bool | None:
+    doc = parsed.doc
+    if m.start > 0 and doc[m.start - 1].lower_ in ROLE_CUES:
+        return False  # "the film X"
+    if m.label == "PERSON":
+        return True
+    if m.label in _THING_LABELS:
+        return False
+    return None
+
+
+def _antecedent_for(parsed: Parsed, person: bool | None) -> Mention | None:
+    """The first antecedent compatible with the wanted kind (a person, a thing, or either)."""
+    pool = parsed.antecedents or []
+    for strict in (True, False):
+        for a in pool:
+            if person is None or a.person is person or (not strict and a.person is None):
+                return Mention(-1, -1, a.text, "name", "PERSON" if a.person else "")
+    return None
+
+
+def _stand_in(parsed: Parsed, tok: Token) -> Mention | None:
+    """The name a pronoun ("she", "its") or a definite descriptive noun ("the film", "the Duchess")
+    stands for, from the context; None when there is no context or no compatible name."""
+    if not parsed.antecedents:
+        return None
+    word = tok.lower_
+    if tok.pos_ == "PRON":
+        if word in PERSON_PRONOUNS:
+            return _antecedent_for(parsed, True)
+        if word in THING_PRONOUNS:
+            return _antecedent_for(parsed, False)
+        return None
+    if not any(c.dep_ == "det" and c.lower_ in ("the", "this", "that") for c in tok.children):
+        return None
+    if word in PERSON_NOUNS:
+        return _antecedent_for(parsed, True)
+    if word in THING_NOUNS:
+        return _antecedent_for(parsed, False)
+    return None
+
+
+@dataclass(frozen=True)
 class _Head:
     mention: Mention
     noun: str | None  # "nationality" in "X's nationality is Y": the relation, not a verb
@@ -58,12 +133,18 @@ class RuleTripletExtractor:
     def __init__(self, model: str = "auto") -> None:
         self.model = model
 
-    def triplets(self, sentence: str, llm: LLMCall | None = None) -> list[Triplet]:
+    def triplets(
+        self, sentence: str, llm: LLMCall | None = None, context: str | None = None
+    ) -> list[Triplet]:
+        """Claims of one sentence; with ``context`` (the question and the text before the sentence) a
+        pronoun or descriptive subject ("She", "The film") becomes the name it stands for."""
         if not sentence or not sentence.strip():
             return []
         parsed = parse(sentence, self.model)
         if is_question(sentence):
             return _dedupe(question_tuples(parsed))
+        if context and context.strip():
+            parsed.antecedents = antecedents(context, self.model)
         return _dedupe(_declarative(parsed))
 
 
@@ -259,12 +340,22 @@ def _subjects(pred: Token) -> list[Token]:
 def _resolve_head(parsed: Parsed, subject: Token, pred: Token) -> _Head | None:
     inside = parsed.at(subject.i)
     if inside is not None and inside.kind == "name":  # a title may end in a pronoun ("... Gavest Me")
+        if inside.end - inside.start == 1 and subject.lower_ in PERSON_NOUNS | THING_NOUNS:
+            stand_in = _stand_in(parsed, subject)  # "The Duchess was born ...": a role, not a name
+            if stand_in is not None:
+                return _Head(stand_in, None)
         return _Head(inside, None)
     if subject.lower_ in _RELATIVE_PRONOUNS and subject.head.dep_ == "relcl":
         return _name_of(parsed, subject.head.head, search=False)  # also for verbs conjoined to the clause
     if subject.pos_ == "PRON":
-        return None
-    return _name_of(parsed, subject, search=True)
+        stand_in = _stand_in(parsed, subject)
+        return _Head(stand_in, None) if stand_in is not None else None
+    head = _name_of(parsed, subject, search=True)
+    if head is None and subject.pos_ in ("NOUN", "PROPN"):
+        stand_in = _stand_in(parsed, subject)  # "The film was directed by ..."
+        if stand_in is not None:
+            return _Head(stand_in, None)
+    return head
 
 
 def _name_of(parsed: Parsed, tok: Token, search: bool) -> _Head | None:
@@ -272,8 +363,9 @@ def _name_of(parsed: Parsed, tok: Token, search: bool) -> _Head | None:
     m = parsed.at(tok.i)
     if m is not None:
         return _Head(m, None) if m.kind == "name" else None
-    if tok.pos_ == "PRON":
-        return None
+    if tok.pos_ == "PRON":  # "His father was ...": the pronoun's name, when the context gives one
+        stand_in = _stand_in(parsed, tok)
+        return _Head(stand_in, None) if stand_in is not None else None
     noun = _noun_phrase(tok) if tok.pos_ == "NOUN" and tok.lower_ != "answer" else None
     owner = parsed.at(tok.head.i)
     if tok.dep_ == "appos" and owner is not None and owner.kind == "name":
@@ -386,21 +478,22 @@ def _relation(parsed: Parsed, pred: Token, head: _Head, tail: Mention) -> str | 
         tok = tok.head
     if tail.kind == "value" and not _plain_value(parsed, tail, path):
         return None
-    words: list[str] = []
-    for t in sorted(path, key=lambda t: t.i):
-        if t.pos_ != "NOUN":
-            words.append(t.lower_)
-            continue
-        phrase = _noun_phrase(t)
-        det = next((c for c in t.children if c.dep_ == "det" and c.lower_ in ("a", "an", "the")), None)
-        if det is not None and det.i + 1 == t.i - (len(phrase.split()) - 1):
-            words.append(det.lower_)  # only a determiner right before the phrase ("has a child named")
-        words.append(phrase)
+    words = [t.lower_ if t.pos_ != "NOUN" else _noun_phrase(t) for t in sorted(path, key=lambda t: t.i)]
+    if _is_nationality(tail) and pred.lemma_ == "be":
+        return "nationality"  # "X was an American director": the tail is X's nationality
     if head.noun and pred.lemma_ == "be" and not words:
         return head.noun
-    verb = [t.lower_ for t in _verb_phrase(pred)]
+    # A relation is read as a query after the head ("X directed by", "X born in"): auxiliaries and a
+    # copula that has other words beside it add nothing.
+    verb = [t.lower_ for t in _verb_phrase(pred) if t.dep_ not in ("aux", "auxpass")]
+    if pred.lemma_ == "be" and (words or head.noun):
+        verb = [w for w in verb if w == "not"]
     rel = ([head.noun] if head.noun else []) + verb + words
-    return " ".join(rel)
+    return " ".join(rel) or pred.lower_
+
+
+def _is_nationality(m: Mention) -> bool:
+    return m.kind == "value" and (m.label == "NORP" or m.text.split()[-1].casefold() in DEMONYMS)
 
 
 def _plain_value(parsed: Parsed, tail: Mention, path: list[Token]) -> bool:
@@ -429,8 +522,11 @@ def _copula_noun_tails(parsed: Parsed, pred: Token, head: _Head) -> list[Triplet
     for c in pred.children:
         if c.dep_ != "attr" or c.pos_ != "NOUN":
             continue
-        if any(parsed.at(t.i) is not None for t in c.subtree):
+        inner = {m.start: m for t in c.subtree if (m := parsed.at(t.i)) is not None}
+        if inner and not all(_is_nationality(m) for m in inner.values()):
             continue
+        for m in inner.values():  # "an American film director": the nationality comes as its own claim
+            out.append(Triplet(head.mention.text, "nationality", m.text))
         nouns = [c] + [t for t in c.conjuncts if t.pos_ == "NOUN"]
         verb = head.noun or " ".join(t.lower_ for t in _verb_phrase(pred))  # "The genre of X is jazz"
         out.extend(Triplet(head.mention.text, verb, _noun_phrase(n)) for n in nouns)
@@ -477,22 +573,35 @@ def _dedupe(items: list[Triplet]) -> list[Triplet]:
 
 
 class LLMTripletExtractor:
-    """Triplets by prompting the extractor LLM with few-shot examples and parsing its list output."""
+    """Triplets by prompting the extractor LLM with few-shot examples and parsing its list output.
+
+    ``chat`` wraps the prompt in the model's chat template (see ``LLMEntityExtractor``). The sentence is
+    sent alone, as in the published extractor; ``context`` is accepted for the common interface.
+    """
 
     name = "llm"
 
-    def __init__(self, prompts: ExtractorPrompts | None = None, max_new_tokens: int = 64) -> None:
+    def __init__(
+        self,
+        prompts: ExtractorPrompts | None = None,
+        max_new_tokens: int = 256,
+        chat: Callable[[str], str] | None = None,
+    ) -> None:
         self.prompts = prompts or builtin_prompts()
         self.max_new_tokens = max_new_tokens
+        self.chat = chat
 
-    def triplets(self, sentence: str, llm: LLMCall | None = None) -> list[Triplet]:
+    def triplets(
+        self, sentence: str, llm: LLMCall | None = None, context: str | None = None
+    ) -> list[Triplet]:
         if llm is None:
             from quco.errors import ConfigError
 
             raise ConfigError("the 'llm' triplet extractor needs an LLM call: run it through the engine")
         if not sentence or not sentence.strip():
             return []
-        output = llm(self.prompts.render_triplets(sentence.strip()), self.max_new_tokens)
+        prompt = self.prompts.render_triplets(sentence.strip())
+        output = llm(self.chat(prompt) if self.chat else prompt, self.max_new_tokens)
         out = []
         for item in parse_tuples(output):
             parts = [p.strip() for p in item]
