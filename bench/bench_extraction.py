@@ -50,6 +50,23 @@ QUERY_RULES = ("head_relation", "full_triplet", "original_sentence")
 # ------------------------------------------------------------------------------------------------ gold
 
 
+def _load_scoring() -> None:
+    """The scoring rules of this checkout, importable as ``quco_text_scoring`` even when PYTHONPATH puts an
+    older quco first (the "rules before" row), so both rows are scored by the same rules."""
+    if "quco_text_scoring" in sys.modules:
+        return
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "src" / "quco" / "text" / "scoring.py"
+    spec = importlib.util.spec_from_file_location("quco_text_scoring", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["quco_text_scoring"] = module
+    spec.loader.exec_module(module)
+
+
+_load_scoring()
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     with path.open(encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -61,14 +78,14 @@ def load_gold(gold_dir: Path = GOLD_DIR) -> tuple[list[dict[str, Any]], list[dic
 
 
 def gold_items(names: list[str], aliases: dict[str, list[str]] | None = None):
-    from quco.text.scoring import GoldItem
+    from quco_text_scoring import GoldItem
 
     aliases = aliases or {}
     return [GoldItem(n, tuple(aliases.get(n, ()))) for n in names]
 
 
 def gold_claims(sentence: dict[str, Any]):
-    from quco.text.scoring import GoldClaim, GoldItem
+    from quco_text_scoring import GoldClaim, GoldItem
 
     out = []
     for c in sentence["claims"]:
@@ -194,11 +211,65 @@ class Runner:
         return RunContext(self._parts, Trace(question="", method="extraction-bench"))
 
 
+class Checkpoint:
+    """Results per item, appended to a JSONL file as they come, so that a long LLM run resumes where it
+    stopped and a later run reuses them (with the calls, tokens and seconds they cost when measured)."""
+
+    def __init__(self, path: Path | None, ex: Extractor, args: argparse.Namespace) -> None:
+        self.path = path
+        prompts = getattr(ex.entities, "prompts", None)
+        chat = getattr(ex.entities, "chat", None)
+        self.setup = json.dumps(
+            [ex.name, getattr(prompts, "source", ""), bool(chat), getattr(ex.entities, "max_new_tokens", 0)]
+        )
+        self.done: dict[str, dict[str, Any]] = {}
+        if path is not None and path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    self.done[row["key"]] = row
+
+    def run(
+        self, kind: str, text: str, context: str, runner: Runner, cost: Cost, fn: Any
+    ) -> tuple[Any, list[str]]:
+        key = hashlib.sha256(json.dumps([self.setup, kind, text, context]).encode("utf-8")).hexdigest()
+        row = self.done.get(key)
+        if row is None:
+            ctx = runner.context()
+            llm, raw = _recording(ctx.llm_call("extractor"))
+            start = time.perf_counter()
+            result = fn(llm)
+            seconds = time.perf_counter() - start
+            c = ctx.trace.counters
+            row = {
+                "key": key,
+                "kind": kind,
+                "text": text,
+                "result": result,
+                "raw": raw,
+                "calls": c.llm_calls.get("extractor", 0),
+                "prompt_tokens": c.prompt_tokens.get("extractor", 0),
+                "generated_tokens": c.generated_tokens.get("extractor", 0),
+                "seconds": seconds,
+            }
+            if self.path is not None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            self.done[key] = row
+        cost.items += 1
+        cost.calls += row["calls"]
+        cost.prompt_tokens += row["prompt_tokens"]
+        cost.generated_tokens += row["generated_tokens"]
+        cost.seconds += row["seconds"]
+        return row["result"], row["raw"]
+
+
 # ------------------------------------------------------------------------------------------- retrieval
 
 
 def _norm_title(title: str) -> str:
-    from quco.text.scoring import normalise
+    from quco_text_scoring import normalise
 
     return normalise(title.replace("_", " "))
 
@@ -206,7 +277,7 @@ def _norm_title(title: str) -> str:
 def bears_on(passage: Any, claim: dict[str, Any]) -> bool:
     """A passage supports or refutes a claim when it comes from one of the claim's evidence articles and
     states the claim's true value (any of ``facts``; no facts listed: the article itself is enough)."""
-    from quco.text.scoring import normalise
+    from quco_text_scoring import normalise
 
     titles = {_norm_title(t) for t in claim.get("evidence", [])}
     if not titles or _norm_title(passage.title or "") not in titles:
@@ -309,7 +380,7 @@ def run_extractor(
     args: argparse.Namespace,
     progress: bool,
 ) -> dict[str, Any]:
-    from quco.text.scoring import PR, ClaimScores, score_set
+    from quco_text_scoring import PR, ClaimScores, score_set
 
     ent, ent_len = PR(), PR()
     ent_by_ds: dict[str, PR] = {}
@@ -317,37 +388,45 @@ def run_extractor(
     records: list[dict[str, Any]] = []
     total = len(questions) + len(sentences)
     done = 0
+    checkpoint = Checkpoint(args.checkpoint, ex, args)
     for q in questions:
-        ctx = runner.context()
-        llm = ctx.llm_call("extractor")
-        start = time.perf_counter()
-        predicted = ex.entities.question_entities(q["question"], llm)
-        cost.add(ctx.trace, time.perf_counter() - start)
+
+        def extract_entities(llm: Any, q: dict[str, Any] = q) -> list[str]:
+            return ex.entities.question_entities(q["question"], llm)
+
+        predicted, raw = checkpoint.run("question", q["question"], "", runner, cost, extract_entities)
         gold = gold_items(q["entities"], q.get("aliases"))
         optional = gold_items(q.get("optional", []))
         s = score_set(predicted, gold, optional)
         ent.add(s)
         ent_by_ds.setdefault(q["dataset"], PR()).add(s)
         ent_len.add(score_set(predicted, gold, optional, lenient=True))
-        records.append({"id": q["id"], "kind": "question", "predicted": predicted})
+        records.append({"id": q["id"], "kind": "question", "predicted": predicted, "raw": raw})
         done += 1
         _tick(progress, ex.name, done, total)
 
     claims = ClaimScores()
+    claims_by_ds: dict[str, ClaimScores] = {}
+    dataset_of = args.dataset_of
     rs = RetrievalScore()
     with_context = _accepts_context(ex.triplets) and not args.no_context
     for sent in sentences:
-        ctx = runner.context()
-        llm = ctx.llm_call("extractor")
-        start = time.perf_counter()
-        if with_context:
-            trips = ex.triplets.triplets(sent["sentence"], llm, context=context_of(sent))
-        else:
-            trips = ex.triplets.triplets(sent["sentence"], llm)
-        cost.add(ctx.trace, time.perf_counter() - start)
-        triples = [(t.head, t.relation, t.tail) for t in trips]
-        claims.add_sentence([(h, t) for h, _, t in triples], gold_claims(sent))
-        rec: dict[str, Any] = {"id": sent["id"], "kind": "sentence", "predicted": triples}
+        context = context_of(sent) if with_context else ""
+
+        def extract_triplets(llm: Any, sent: dict[str, Any] = sent, context: str = context) -> list[list]:
+            if with_context:
+                trips = ex.triplets.triplets(sent["sentence"], llm, context=context)
+            else:
+                trips = ex.triplets.triplets(sent["sentence"], llm)
+            return [[t.head, t.relation, t.tail] for t in trips]
+
+        found, raw = checkpoint.run("sentence", sent["sentence"], context, runner, cost, extract_triplets)
+        triples = [tuple(t) for t in found]
+        pairs, gold = [(h, t) for h, _, t in triples], gold_claims(sent)
+        claims.add_sentence(pairs, gold)
+        ds = dataset_of.get(sent["question_id"], sent["id"].split("-")[0])
+        claims_by_ds.setdefault(ds, ClaimScores()).add_sentence(pairs, gold)
+        rec: dict[str, Any] = {"id": sent["id"], "kind": "sentence", "predicted": triples, "raw": raw}
         if retriever is not None:
             queries = queries_for(triples, sent["sentence"], args.query)
             rec["queries"] = queries
@@ -363,6 +442,7 @@ def run_extractor(
         "entities_lenient": ent_len,
         "entities_by_dataset": ent_by_ds,
         "claims": claims,
+        "claims_by_dataset": claims_by_ds,
         "cost": cost,
         "retrieval": rs if retriever is not None else None,
         "context": with_context,
@@ -378,6 +458,18 @@ def run_gold_retrieval(sentences: list[dict[str, Any]], retriever: Any, args: ar
     return rs
 
 
+def _recording(llm: Any) -> tuple[Any, list[str]]:
+    """The counted LLM call, also keeping what the model wrote (for reading the errors afterwards)."""
+    raw: list[str] = []
+
+    def call(prompt: str, max_new_tokens: int) -> str:
+        out = llm(prompt, max_new_tokens)
+        raw.append(out)
+        return out
+
+    return call, raw
+
+
 def _tick(progress: bool, name: str, done: int, total: int) -> None:
     if progress:
         print(f"\r{name}: {done}/{total}", end="", file=sys.stderr, flush=True)
@@ -390,6 +482,28 @@ def _pct(x: float | None) -> str:
     return "  -  " if x is None else f"{100 * x:5.1f}"
 
 
+def _row_name(label: str, name: str) -> str:
+    """ "rules before" for the rules under a label, "<label> llm" for the others."""
+    if not label:
+        return name
+    return label if name == "rules" or name in label else f"{label} {name}"
+
+
+def by_dataset(results: list[dict[str, Any]], label: str) -> str:
+    """Entity F1 and head/tail pair F1 per dataset (HotpotQA and 2Wiki-style items)."""
+    lines = []
+    for r in results:
+        if r.get("gold_only"):
+            continue
+        parts = []
+        for ds in sorted(r["entities_by_dataset"]):
+            e = r["entities_by_dataset"][ds]
+            c = r["claims_by_dataset"].get(ds)
+            parts.append(f"{ds}: entF1 {_pct(e.f1).strip()} pairF1 {_pct(c.pairs.f1 if c else None).strip()}")
+        lines.append(f"{_row_name(label, r['name']):<24} " + " | ".join(parts))
+    return "\n".join(lines)
+
+
 def table(results: list[dict[str, Any]], label: str) -> str:
     head = (
         f"{'extractor':<24} {'entP':>5} {'entR':>5} {'entF1':>5} | {'entP~':>5} {'entR~':>5} | "
@@ -398,7 +512,7 @@ def table(results: list[dict[str, Any]], label: str) -> str:
     )
     lines = [head, "-" * len(head)]
     for r in results:
-        name = f"{label} {r['name']}".strip() if label else r["name"]
+        name = _row_name(label, r["name"])
         if r.get("gold_only"):
             rs = r["retrieval"]
             lines.append(f"{name:<24} {'':>109}| {_pct(rs.rate):>6}")
@@ -440,6 +554,7 @@ def summary(r: dict[str, Any]) -> dict[str, Any]:
         "entities": pr(r["entities"]),
         "entities_lenient": pr(r["entities_lenient"]),
         "entities_by_dataset": {k: pr(v) for k, v in r["entities_by_dataset"].items()},
+        "pairs_by_dataset": {k: pr(v.pairs) for k, v in r["claims_by_dataset"].items()},
         "heads": pr(c.heads),
         "tails": pr(c.tails),
         "pairs": pr(c.pairs),
@@ -480,6 +595,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--chat", choices=["auto", "on", "off"], default="auto")
     ap.add_argument("--max-new-tokens", type=int, default=256, help="extractor budget (published: 256)")
     ap.add_argument("--published-prompts", default=None, help="QuCo-RAG prompt_templates.json")
+    ap.add_argument(
+        "--prefix-cache",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="llama.cpp: reuse the cached few-shot prefix across calls (seconds then exclude its evaluation)",
+    )
     ap.add_argument("--limit", type=int, default=None, help="first N questions and first N sentences")
     ap.add_argument("--no-context", action="store_true", help="never pass the context to triplet extractors")
     ap.add_argument("--retriever", type=Path, default=None, help="pipeline config whose retriever is used")
@@ -488,6 +609,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--query", choices=QUERY_RULES, default="head_relation")
     ap.add_argument("--top-k", type=int, default=None, help="passages per query (default: the config's)")
     ap.add_argument("--out", type=Path, default=None, help="write summaries and per-item predictions here")
+    ap.add_argument(
+        "--checkpoint", type=Path, default=None, help="JSONL of per-item results to resume from and append to"
+    )
+    ap.add_argument("--part", choices=["all", "questions", "sentences"], default="all", help="items to run")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -495,8 +620,13 @@ def main(argv: list[str] | None = None) -> None:
     from quco.config import load_config
 
     questions, sentences = load_gold(args.gold)
+    args.dataset_of = {q["id"]: q["dataset"] for q in questions}
     if args.limit:
         questions, sentences = questions[: args.limit], sentences[: args.limit]
+    if args.part == "questions":
+        sentences = []
+    elif args.part == "sentences":
+        questions = []
     names = [n.strip() for n in args.extractors.split(",") if n.strip()]
     config = load_config(args.config, overrides=_overrides(args.set_) or None)
     generator = None
@@ -504,6 +634,10 @@ def main(argv: list[str] | None = None) -> None:
         from quco.pipeline import shared_generator
 
         generator = shared_generator(config.generator)
+        if args.prefix_cache and hasattr(generator, "reproducible"):
+            # llama.cpp then reuses the longest cached prefix (the few-shot prompt) instead of whole batches
+            # only: much faster here, and the outputs may differ from a fresh evaluation in their last bits.
+            generator.reproducible = False
     runner = Runner(config, generator)
 
     retriever = None
@@ -540,6 +674,7 @@ def main(argv: list[str] | None = None) -> None:
         "(questions and sentences)"
     )
     print(table(results, args.label))
+    print(by_dataset(results, args.label))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         payload = {"label": args.label, "argv": sys.argv[1:], "results": [summary(r) for r in results]}

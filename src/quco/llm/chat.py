@@ -55,6 +55,10 @@ class ChatFormat:
         messages = ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": user}
         ]
+        return self.render_messages(messages)
+
+    def render_messages(self, messages: list[dict[str, str]]) -> str:
+        """A conversation (system, user and assistant turns), ending where the next reply begins."""
         try:
             return self._compiled.render(
                 messages=messages,

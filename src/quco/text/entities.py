@@ -130,11 +130,19 @@ class LLMEntityExtractor:
         self.max_new_tokens = max_new_tokens
         self.chat = chat
 
+    def _prompt(self, question: str) -> str:
+        if self.chat is None:
+            return self.prompts.render_entities(question)
+        messages = self.prompts.entity_messages(question)
+        render = getattr(self.chat, "render_messages", None)
+        if messages is not None and render is not None:
+            return render(messages)  # our prompts: the examples as conversation turns
+        return self.chat(self.prompts.render_entities(question))  # one user turn, as published
+
     def question_entities(self, question: str, llm: LLMCall | None = None) -> list[str]:
         if llm is None:
             raise ConfigError("the 'llm' entity extractor needs an LLM call: run it through the engine")
         if not question or not question.strip():
             return []
-        prompt = self.prompts.render_entities(question.strip())
-        output = llm(self.chat(prompt) if self.chat else prompt, self.max_new_tokens)
+        output = llm(self._prompt(question.strip()), self.max_new_tokens)
         return _dedupe([item[0] for item in parse_tuples(output) if item])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from spacy.tokens import Doc, Token
 
@@ -134,8 +135,8 @@ class Parsed:
     doc: Doc
     mentions: list[Mention]
     by_token: dict[int, Mention] = field(default_factory=dict)
-    # Names from the surrounding text that pronouns may stand for (quco.text.triplets.Antecedent).
-    antecedents: list = field(default_factory=list)
+    # What the surrounding text says a pronoun or "the film" may stand for (quco.text.triplets.Context).
+    context: Any = None
 
     def at(self, i: int) -> Mention | None:
         return self.by_token.get(i)
@@ -505,6 +506,7 @@ def _resolve(
             merged.append([s, e])
     merged = [piece for s, e in merged for piece in _split_alternatives(doc, s, e)]
     merged = [piece for s, e in merged for piece in _split_at_runs(s, e, cut_runs)]
+    merged = [(s, e) for s, e in merged if any(_is_capitalized(t) or t.like_num for t in doc[s:e])]
     starts = {a for a, _ in runs}
     taken = set()
     out: list[Mention] = []
@@ -664,5 +666,7 @@ def _span_text(doc: Doc, s: int, e: int) -> str:
     for q in _QUOTES:
         text = text.replace(q, "")
     text = text.strip(" ,;:")
+    if e == len(doc) and text.endswith(".") and not text.endswith(".."):
+        text = text[:-1]  # "World War I." at the end of the sentence: the period ends the sentence
     # A title that ended with its own period before the sentence period ("The Operation M.D..").
     return re.sub(r"\.\.+$", ".", text)
