@@ -72,9 +72,11 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def load_gold(gold_dir: Path = GOLD_DIR) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def load_gold(
+    gold_dir: Path = GOLD_DIR, questions_file: str = "questions.jsonl"
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The gold questions and claim sentences (plain dicts, as written in the JSONL files)."""
-    return read_jsonl(gold_dir / "questions.jsonl"), read_jsonl(gold_dir / "claims.jsonl")
+    return read_jsonl(gold_dir / questions_file), read_jsonl(gold_dir / "claims.jsonl")
 
 
 def gold_items(names: list[str], aliases: dict[str, list[str]] | None = None):
@@ -612,6 +614,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--checkpoint", type=Path, default=None, help="JSONL of per-item results to resume from and append to"
     )
+    ap.add_argument(
+        "--heldout",
+        action="store_true",
+        help="question entities of questions_heldout.jsonl (57 HotpotQA questions not used to develop the rules)",
+    )
     ap.add_argument("--part", choices=["all", "questions", "sentences"], default="all", help="items to run")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
@@ -621,6 +628,8 @@ def main(argv: list[str] | None = None) -> None:
 
     questions, sentences = load_gold(args.gold)
     args.dataset_of = {q["id"]: q["dataset"] for q in questions}
+    if args.heldout:  # HotpotQA questions the entity rules were not developed on; no sentences
+        questions, sentences = load_gold(args.gold, "questions_heldout.jsonl")[0], []
     if args.limit:
         questions, sentences = questions[: args.limit], sentences[: args.limit]
     if args.part == "questions":
