@@ -273,7 +273,7 @@ class Checkpoint:
 def _norm_title(title: str) -> str:
     from quco_text_scoring import normalise
 
-    return normalise(title.replace("_", " "))
+    return normalise(title.replace("_", " "), keep_parens=True)
 
 
 def bears_on(passage: Any, claim: dict[str, Any]) -> bool:
@@ -284,10 +284,10 @@ def bears_on(passage: Any, claim: dict[str, Any]) -> bool:
     titles = {_norm_title(t) for t in claim.get("evidence", [])}
     if not titles or _norm_title(passage.title or "") not in titles:
         return False
-    facts = [normalise(f) for f in claim.get("facts", []) if normalise(f)]
+    facts = [normalise(f, keep_parens=True) for f in claim.get("facts", []) if normalise(f, keep_parens=True)]
     if not facts:
         return True
-    text = normalise(passage.text or "")
+    text = normalise(passage.text or "", keep_parens=True)
     return any(f in text for f in facts)
 
 
@@ -517,7 +517,8 @@ def table(results: list[dict[str, Any]], label: str) -> str:
         name = _row_name(label, r["name"])
         if r.get("gold_only"):
             rs = r["retrieval"]
-            lines.append(f"{name:<24} {'':>109}| {_pct(rs.rate):>6}")
+            pad = head.rindex("|") - 24
+            lines.append(f"{r['name']:<24}{'':>{pad}}| {_pct(rs.rate):>6}")
             continue
         e, el, c, cost = r["entities"], r["entities_lenient"], r["claims"], r["cost"]
         n = max(cost.items, 1)
@@ -682,6 +683,12 @@ def main(argv: list[str] | None = None) -> None:
         "containment; empty: share of no-fact sentences given []; calls, tok/it and s/item per item "
         "(questions and sentences)"
     )
+    if retriever is not None:
+        n = results[-1]["retrieval"].sentences
+        print(
+            f"stage2: share of the {n} sentences whose gold claims name evidence for which a query built from "
+            f"the claims ({args.query}) retrieves, in its top {args.top_k}, a passage supporting or refuting one"
+        )
     print(table(results, args.label))
     print(by_dataset(results, args.label))
     if args.out is not None:

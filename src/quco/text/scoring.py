@@ -21,11 +21,15 @@ _POSSESSIVE = re.compile(r"(?:'s|'|’s|’)$")
 _NON_WORD = re.compile(r"[^\w\s]")
 
 
-def normalise(text: str) -> str:
-    """Case-folded, accent-free words without articles, quotes, punctuation or a trailing possessive."""
+def normalise(text: str, keep_parens: bool = False) -> str:
+    """Case-folded, accent-free words without articles, quotes, punctuation or a trailing possessive;
+    parenthetical notes go too ("Venus (1929 Film)" = "Venus") unless ``keep_parens`` (running text, where
+    "(born April 6, 1942)" is content)."""
     text = unicodedata.normalize("NFKD", text or "")
     text = "".join(c for c in text if not unicodedata.combining(c))
-    text = _PARENS.sub("", text).strip()
+    if not keep_parens:
+        text = _PARENS.sub("", text)
+    text = text.strip()
     text = _POSSESSIVE.sub("", text.strip())
     text = text.replace("-", " ").replace("–", " ")
     text = _NON_WORD.sub(" ", text.casefold())
