@@ -215,7 +215,8 @@ class Runner:
 
 class Checkpoint:
     """Results per item, appended to a JSONL file as they come, so that a long LLM run resumes where it
-    stopped and a later run reuses them (with the calls, tokens and seconds they cost when measured)."""
+    stopped and a later run reuses them (with the calls, tokens and seconds they cost when measured). A
+    reused LLM item is parsed again from the model's recorded output, so parser fixes apply to it."""
 
     def __init__(self, path: Path | None, ex: Extractor, args: argparse.Namespace) -> None:
         self.path = path
@@ -259,6 +260,10 @@ class Checkpoint:
                 with self.path.open("a", encoding="utf-8") as fh:
                     fh.write(json.dumps(row, ensure_ascii=False) + "\n")
             self.done[key] = row
+        elif row["raw"]:
+            # Parse the recorded output again with the current code: no model call, same cost as measured.
+            replies = iter(row["raw"])
+            row = {**row, "result": fn(lambda prompt, max_new_tokens: next(replies))}
         cost.items += 1
         cost.calls += row["calls"]
         cost.prompt_tokens += row["prompt_tokens"]
