@@ -89,7 +89,12 @@ class Pipeline:
 
         generator = shared_generator(config.generator)
         require(generator, method.needs, f"method '{method.name}'")
-        text = build_text(config.text)
+        extractor_generator = None
+        if config.text.extractor_model:
+            extractor_generator = shared_generator(
+                config.generator.model_copy(update={"model": config.text.extractor_model})
+            )
+        text = build_text(config.text, generator=extractor_generator or generator)
         exemplars = load_exemplars(config.prompt.exemplars)[: config.prompt.fewshot]
         template = load_template(config.prompt.template or method.template)
 
@@ -114,11 +119,6 @@ class Pipeline:
                     progress=progress,
                     cache=cache,
                 )
-        extractor_generator = None
-        if config.text.extractor_model:
-            extractor_generator = shared_generator(
-                config.generator.model_copy(update={"model": config.text.extractor_model})
-            )
         parts = Parts(
             config=config,
             generator=generator,
