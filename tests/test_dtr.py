@@ -106,6 +106,7 @@ def test_params_are_validated() -> None:
 def test_config_files_load() -> None:
     root = Path(__file__).resolve().parents[1] / "configs"
     files = sorted(root.glob("dtr*.yaml")) + sorted((root / "hotpotqa").glob("dtr*.yaml"))
+    files += sorted((root / "world" / "hotpotqa").glob("dtr*.yaml"))
     assert len(files) >= 10
     for path in files:
         cfg = load_config(path)
@@ -184,3 +185,22 @@ def test_dtr_end_to_end_on_hotpotqa(pipeline: Pipeline, hotpot_dev: list[dict]) 
     trace = standard.answer(hotpot_dev[2]["question"])
     assert "pseudo_document" not in trace.counters.llm_calls
     assert trace.counters.retrievals == 1 and len(trace.steps[0].retrieved) == 3
+
+
+@pytest.mark.model
+def test_dual_path_over_bm25_candidates(pipeline: Pipeline, hotpot_dev: list[dict]) -> None:
+    """path_retriever=pipeline (corpora too large to embed): BM25 finds both paths' candidates, and the AIS
+    cosines computed on the fly equal those of the stored embeddings of the same passages."""
+    bm25 = _with(pipeline, uncertainty_threshold=0.0, path_retriever="pipeline")
+    trace = bm25.answer(hotpot_dev[3]["question"])
+    before = trace.steps[0]
+    assert before.decision == "retrieve" and before.signals["retrieval"] == "dual_path"
+    assert trace.counters.retrievals == 2
+    cands = before.signals["candidates"]
+    assert 5 <= len(cands) <= 10 and sum(c["kept"] for c in cands) == 3
+    dense = pipeline.parts.retrievers["dense"]
+    q = dense.encode_queries([hotpot_dev[3]["question"]])
+    stored = dense.similarities(q, [c["id"] for c in cands])[0]
+    assert [c["s1"] for c in cands] == pytest.approx([float(x) for x in stored], abs=1e-4)
+    for c in cands:
+        assert c["score"] == pytest.approx(ais_score(c["s1"], c["s2"], "cos_sum"), abs=1e-5)

@@ -34,10 +34,18 @@ GOLD = {e.question: e.answers[0] for e in EXAMPLES}
 FAILS = {EXAMPLES[3].question}  # this question raises, to check that errors are recorded and the run goes on
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 SLEEP = float(os.environ.get("QUCO_TEST_SLEEP", "0"))
+# In the child process of the interruption test: after this many answers, the next one waits until the test
+# kills or interrupts the process, so that the signal always arrives mid-run, however slow the machine.
+HOLD_AFTER = int(os.environ.get("QUCO_TEST_HOLD_AFTER", "0"))
+_answered = 0
 
 
 def toy_answer(question: str) -> Trace:
     """Right for about half the questions (by a hash of the question), with a step and counters like a method."""
+    global _answered
+    if HOLD_AFTER and _answered >= HOLD_AFTER:
+        time.sleep(600)
+    _answered += 1
     if question in FAILS:
         raise ValueError("simulated failure")
     if SLEEP:
@@ -194,9 +202,13 @@ def test_changed_prompt_files_and_older_runs_refuse_to_resume(tmp_path: Path) ->
 
 def test_threads_answer_concurrently_with_the_same_results(tmp_path: Path) -> None:
     names: set[str] = set()
+    meet = threading.Barrier(2, timeout=60)  # the first two questions wait for each other: they overlap
+    calls = iter(range(10**6))
 
     def threaded(q: str) -> Trace:
         names.add(threading.current_thread().name)
+        if next(calls) < 2:
+            meet.wait()
         time.sleep(0.02)
         return toy_answer(q)
 
@@ -209,8 +221,13 @@ def test_threads_answer_concurrently_with_the_same_results(tmp_path: Path) -> No
     assert one == four
 
 
-def _start(out: Path, limit: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "QUCO_DATA_DIR": str(data_dir()), "QUCO_TEST_SLEEP": "0.05"}
+def _start(out: Path, limit: int, hold_after: int = 0) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "QUCO_DATA_DIR": str(data_dir()),
+        "QUCO_TEST_SLEEP": "0.05",
+        "QUCO_TEST_HOLD_AFTER": str(hold_after),
+    }
     return subprocess.Popen(
         [sys.executable, __file__, str(out), str(limit)],
         env=env,
@@ -239,20 +256,20 @@ def test_kill_9_and_ctrl_c_then_resume_equals_an_uninterrupted_run(tmp_path: Pat
     assert proc.wait(timeout=120) == 0, proc.stderr.read().decode()[-2000:]
 
     cut = tmp_path / "cut"
-    proc = _start(cut, limit)
+    proc = _start(cut, limit, hold_after=4)  # held at the 5th question until killed
     _wait_for_lines(cut, 4, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     after_kill = len(scan_results(cut / RESULTS_FILE).records)
-    assert 4 <= after_kill < limit
+    assert after_kill == 4
 
-    proc = _start(cut, limit)  # resume, then Ctrl-C
+    proc = _start(cut, limit, hold_after=4)  # resume, held after 4 more, then Ctrl-C
     _wait_for_lines(cut, after_kill + 4, proc)
     proc.send_signal(signal.SIGINT)
     code = proc.wait(timeout=30)
     assert code != 0, f"the runner finished before Ctrl-C arrived ({len(_lines(cut))} lines)"
     after_int = len(scan_results(cut / RESULTS_FILE).records)
-    assert after_kill + 4 <= after_int < limit
+    assert after_int == after_kill + 4
 
     proc = _start(cut, limit)  # resume to the end
     assert proc.wait(timeout=120) == 0, proc.stderr.read().decode()[-2000:]

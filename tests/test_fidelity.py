@@ -80,12 +80,18 @@ def test_token_budget_is_per_call_as_published_and_per_prediction_on_request(rea
 
 
 def test_two_wiki_configs_give_the_published_128_tokens_per_call() -> None:
-    for path in sorted((CONFIGS / "2wikimultihopqa").glob("*.yaml")):
+    paths = [
+        p for d in ("", "eval", "world") for p in sorted((CONFIGS / d / "2wikimultihopqa").glob("*.yaml"))
+    ]
+    assert len(paths) >= 30
+    for path in paths:
         cfg = load_config(path)
         assert cfg.generation.max_new_tokens == 128, path.name
         assert "64 tokens" not in path.read_text("utf-8"), path.name
         shape = method_class(cfg.method)(cfg.params).shape
         expected = "prediction" if cfg.method in ("seakr", "blackbox") else "per_call"
+        if cfg.method in ("seakr", "random", "dtr"):  # no published 2Wiki settings of theirs
+            assert "not a published setting" in path.read_text("utf-8"), path.name
         assert (cfg.generation.budget or shape.budget) == expected, path.name
 
 

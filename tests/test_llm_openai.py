@@ -71,13 +71,17 @@ class FaultProxy:
         status: int = 503,
         delay_s: float = 0.0,
         delay_all: bool = False,
+        gather: int = 0,
     ) -> None:
         self.upstream = upstream_root
         self.fail, self.status, self.delay_s, self.delay_all = fail, status, delay_s, delay_all
         self.generation_requests = 0
         self.in_flight = 0
         self.max_in_flight = 0
-        self.lock = threading.Lock()
+        # With ``gather``, the first requests wait (up to 30 s) until that many are in flight at once: a client
+        # that overlaps its requests is then seen to, however slowly the threads are scheduled.
+        self.gather = gather
+        self.lock = threading.Condition()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -93,6 +97,9 @@ class FaultProxy:
                     if generation:
                         proxy.generation_requests += 1
                     failing = generation and proxy.generation_requests <= proxy.fail
+                    proxy.lock.notify_all()
+                    if proxy.max_in_flight < proxy.gather:
+                        proxy.lock.wait_for(lambda: proxy.max_in_flight >= proxy.gather, timeout=30)
                 try:
                     if proxy.delay_s and (generation or proxy.delay_all):
                         time.sleep(proxy.delay_s)
@@ -255,7 +262,8 @@ def test_gives_up_after_max_retries_with_a_clear_error(server: LlamaServer) -> N
                 LLMServerError, match=r"failed after 2 attempt\(s\): HTTP 502: injected fault"
             ):
                 g.generate(PROMPT, max_new_tokens=3)
-            assert time.perf_counter() - start < 5
+            # no waiting for timeouts: far below one 120 s request timeout (a loose bound for a busy machine)
+            assert time.perf_counter() - start < 60
         assert proxy.generation_requests == 2
 
 
@@ -279,7 +287,7 @@ def test_dead_server_is_a_clear_error() -> None:
 
 def test_concurrency_limit_bounds_requests_in_flight(server: LlamaServer) -> None:
     with (
-        FaultProxy(_root(server), delay_s=0.3) as proxy,
+        FaultProxy(_root(server), delay_s=0.05, gather=2) as proxy,
         OpenAICompatGenerator(proxy.base_url, "gemma3-270m", concurrency=2) as g,
     ):
 

@@ -42,6 +42,10 @@ def _mount_optional() -> None:
     app.command("calibrate")(calibrate_command)
     serve_app.command("api")(serve_api)
 
+    from quco.llm.models_cli import models_app  # `quco models`: list the known models, pull one
+
+    app.add_typer(models_app, name="models")
+
 
 out = Console()
 err = Console(stderr=True)
@@ -50,6 +54,12 @@ DEMO_QUESTIONS = (
     "Who was born first, Albert Einstein or Niels Bohr?",
     "Which river flows through the city where Wolfgang Amadeus Mozart was born?",
     "Are the Eiffel Tower and the Louvre in the same city?",
+)
+DEMO_NOTE = (
+    "The default generator is Gemma-3-270m, a tiny base model: it follows the answer format, but most of its "
+    "facts are wrong. It is here so that every decision can be watched on any laptop. For real answers, plug in "
+    "a real model (README, 'Plugging in real parts'): `quco models pull qwen2.5-1.5b-instruct` fetches the "
+    "evaluation model, or point --set generator.backend=openai at any OpenAI-compatible server."
 )
 
 
@@ -92,12 +102,22 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging
 CorpusOpt = Annotated[str, typer.Option("--corpus", help="JSONL/TSV corpus, or 'wiki-summaries'.")]
 IndexOutOpt = Annotated[Path | None, typer.Option("--out", help="Index directory (default: the cache).")]
 OnErrorOpt = Annotated[str, typer.Option(help="On a bad corpus line: 'stop' or 'skip'.")]
+CorporaOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--corpus",
+        help="JSONL/TSV corpus, 'wiki-summaries', 'wiki-articles', 'wiki-articles+pool:DATASET' or "
+        "'haystack:DATASET'; repeat to index several files as one corpus.",
+    ),
+]
 
 
 def _build_pipeline(config: Path | None, method: str | None, sets: list[str] | None):  # noqa: ANN202
+    cfg = load_config(
+        config, overrides=_overrides(sets), method=method
+    )  # bad settings fail before heavy imports
     from quco.pipeline import Pipeline
 
-    cfg = load_config(config, overrides=_overrides(sets), method=method)
     return Pipeline.from_config(cfg)
 
 
@@ -117,6 +137,9 @@ def ask(
     _setup_logging(verbose)
     if not question.strip():
         raise QucoError('the question is empty; ask something, e.g. quco ask "Who wrote Hamlet?"')
+    from quco.inputs import check_text
+
+    check_text(question)
     t0 = time.perf_counter()
     pipe = _build_pipeline(config, method, set_)
     ready = time.perf_counter() - t0
@@ -138,15 +161,48 @@ def demo(
     set_: SetOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Answer a few sample questions on the embedded default and print their traces."""
+    """Answer a few sample questions on the embedded default and print their traces, each with its answer."""
     from quco.render import render_trace
 
     _setup_logging(verbose)
+    out.print(f"[yellow]{DEMO_NOTE}[/yellow]", soft_wrap=True)
     t0 = time.perf_counter()
     pipe = _build_pipeline(config, method, set_)
     out.print(f"[dim]pipeline ready in {time.perf_counter() - t0:.1f}s (method {pipe.method.name})[/dim]")
     for q in DEMO_QUESTIONS:
-        render_trace(pipe.answer(q), out)
+        trace = pipe.answer(q)
+        how = _state_answer(trace, pipe)
+        render_trace(trace, out)
+        out.print(f"[bold]decision path:[/bold] {_decision_path(trace)}; {how}", soft_wrap=True)
+    out.print(f"[yellow]{DEMO_NOTE}[/yellow]", soft_wrap=True)
+
+
+def _state_answer(trace: Any, pipe: Any) -> str:
+    """Make sure the trace ends with a stated answer; returns how it was stated.
+
+    When the method stopped before "So the answer is", the model is asked to finish that sentence: one more
+    LLM call, counted in the trace (role ``answer_reprompt``), as the evaluation's default answer protocol does.
+    """
+    if trace.answer:
+        return f"the model stated the answer itself (stop: {trace.stop_reason})"
+    from quco.answer import PUBLISHED
+
+    pipe.finish(trace, PUBLISHED)
+    if not trace.answer:
+        return f"the method stopped without an answer ({trace.stop_reason}), and the re-prompt gave none"
+    return (
+        f"the method stopped without an answer ({trace.stop_reason}), so the answer comes from one counted "
+        "re-prompt ('So the answer is')"
+    )
+
+
+def _decision_path(trace: Any) -> str:
+    """The steps' decisions in one line: what each step decided and why."""
+    parts = []
+    for step in trace.steps:
+        reason = f" ({step.reason})" if step.reason else ""
+        parts.append(f"{step.stage} → {step.decision}{reason}")
+    return " · ".join(parts) or "no step"
 
 
 @app.command()
@@ -182,35 +238,49 @@ def index_all(
     _index_stats(corpus, None, tokenizer, on_error)
 
 
-def _index_bm25(corpus: str, out_dir: Path | None, on_error: str) -> None:
+def _index_bm25(corpus: str | list[str], out_dir: Path | None, on_error: str) -> None:
     from quco.retrieval import index_corpus
 
     report = index_corpus(corpus, out_dir=out_dir, on_error=on_error, progress=True)
     out.print(
         f"BM25: {report.passages_indexed} passages indexed from {report.lines_read} lines "
-        f"({report.skipped} skipped) in {report.seconds:.1f}s -> {report.index_dir}"
+        f"({report.skipped} skipped) {'reused, checked' if report.reused else 'built'} in {report.seconds:.1f}s "
+        f"-> {report.index_dir}"
     )
 
 
-def _index_stats(corpus: str, out_dir: Path | None, tokenizer: str, on_error: str) -> None:
+def _index_stats(corpus: str | list[str], out_dir: Path | None, tokenizer: str, on_error: str) -> None:
     from quco.corpus_stats import Manifest, build_local_index, default_index_dir
+    from quco.corpus_stats.build import clean_stale_builds
+    from quco.locks import build_lock
     from quco.retrieval import CorpusReport, corpus_docs
 
     docs = corpus_docs(corpus, on_error=on_error)  # type: ignore[arg-type]
-    target = (out_dir or default_index_dir(docs.fingerprint, tokenizer)).expanduser().resolve()
-    if target.exists():
-        manifest = Manifest.read(target)
-        if manifest.corpus_fingerprint == docs.fingerprint:
-            out.print(f"corpus statistics: index exists ({manifest.doc_count} documents) -> {target}")
-            return
-        raise QucoError(
-            f"{target} already holds an index of another corpus; choose another --out or delete it"
-        )
-    report = CorpusReport()
-    t0 = time.perf_counter()
-    build_local_index(
-        docs(report), target, tokenizer=tokenizer, progress=True, corpus_fingerprint=docs.fingerprint
+    target = (
+        (out_dir or default_index_dir(docs.fingerprint, tokenizer, docs.source.index_home))
+        .expanduser()
+        .resolve()
     )
+    with build_lock(target):
+        if target.exists():
+            manifest = Manifest.read(target)
+            if manifest.corpus_fingerprint == docs.fingerprint:
+                out.print(f"corpus statistics: index exists ({manifest.doc_count} documents) -> {target}")
+                return
+            raise QucoError(
+                f"{target} already holds an index of another corpus; choose another --out or delete it"
+            )
+        clean_stale_builds(target)
+        report = CorpusReport()
+        t0 = time.perf_counter()
+        build_local_index(
+            docs(report),
+            target,
+            tokenizer=tokenizer,
+            progress=True,
+            corpus_fingerprint=docs.fingerprint,
+            total_docs=docs.expected_docs,
+        )
     manifest = Manifest.read(target)
     if manifest.doc_count != report.passages:
         raise QucoError(
@@ -218,14 +288,16 @@ def _index_stats(corpus: str, out_dir: Path | None, tokenizer: str, on_error: st
         )
     out.print(
         f"corpus statistics: {manifest.doc_count} documents indexed from {report.lines_read} lines "
-        f"({report.skipped} skipped), {manifest.token_count} tokens in {time.perf_counter() - t0:.1f}s -> {target}"
+        f"({report.skipped} skipped), {manifest.token_count} tokens in {time.perf_counter() - t0:.1f}s "
+        f"(tokenizing {manifest.tokenize_seconds:.1f}s, suffix array {manifest.suffix_array_seconds:.1f}s) "
+        f"-> {target}"
     )
 
 
 @index_app.command("bm25")
 @friendly_errors
 def index_bm25(
-    corpus: CorpusOpt,
+    corpus: CorporaOpt,
     out_dir: IndexOutOpt = None,
     on_error: OnErrorOpt = "stop",
     verbose: VerboseOpt = False,
@@ -238,7 +310,7 @@ def index_bm25(
 @index_app.command("stats")
 @friendly_errors
 def index_stats_cmd(
-    corpus: CorpusOpt,
+    corpus: CorporaOpt,
     out_dir: IndexOutOpt = None,
     tokenizer: Annotated[
         str, typer.Option(help="wordpiece (default), bytes, or a tokenizers JSON file.")
@@ -249,6 +321,57 @@ def index_stats_cmd(
     """Build a local Infini-gram index (corpus statistics) of a corpus."""
     _setup_logging(verbose)
     _index_stats(corpus, out_dir, tokenizer, on_error)
+
+
+@index_app.command("haystack")
+@friendly_errors
+def index_haystack_cmd(
+    dataset: Annotated[
+        str | None,
+        typer.Option(help="Dataset whose paragraph pool joins the articles: hotpotqa or 2wikimultihopqa."),
+    ] = None,
+    pool: Annotated[Path | None, typer.Option(help="Another pool file instead of the dataset's.")] = None,
+    articles: Annotated[
+        list[Path] | None,
+        typer.Option("--articles", help="Article files (default: the four Wikipedia shards); repeatable."),
+    ] = None,
+    words: Annotated[int, typer.Option(help="Words per article passage (DPR: 100).")] = 100,
+    out_dir: IndexOutOpt = None,
+    force: Annotated[bool, typer.Option(help="Rebuild even if a matching haystack exists.")] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Build the retrieval haystack: Wikipedia articles in 100-word passages plus a dataset's paragraph pool."""
+    from quco.world.haystack import ensure_haystack, plan
+
+    _setup_logging(verbose)
+    t0 = time.perf_counter()
+    target, manifest, reused = ensure_haystack(
+        plan(dataset, articles=articles, pool=pool, words=words), out_dir, progress=True, force=force
+    )
+    what = "reused" if reused else f"built in {time.perf_counter() - t0:.1f}s"
+    out.print(
+        f"haystack {manifest.name}: {manifest.passages:,} passages ({manifest.article_passages:,} from "
+        f"articles, {manifest.pool_passages:,} pool paragraphs), {what} -> {target / manifest.file}"
+    )
+
+
+@index_app.command("world")
+@friendly_errors
+def index_world_cmd(
+    dataset: Annotated[str, typer.Option(help="hotpotqa or 2wikimultihopqa.")],
+    tokenizer: Annotated[
+        str, typer.Option(help="Corpus-statistics tokenizer: wordpiece, bytes, or a file.")
+    ] = "wordpiece",
+    verbose: VerboseOpt = False,
+) -> None:
+    """Build everything the realistic world's configs use: the haystack, its BM25 index, and the statistics
+    index of the articles plus the pool (in QUCO_WORLD_DIR, default <cache>/world)."""
+    from quco.world.sources import pool_for
+
+    _setup_logging(verbose)
+    name = pool_for(dataset).dataset
+    _index_bm25(f"haystack:{name}", None, "stop")
+    _index_stats(f"wiki-articles+pool:{name}", None, tokenizer, "stop")
 
 
 @index_app.command("dense")
@@ -292,10 +415,16 @@ def serve_stats_cmd(
     ],
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind (0 picks a free one).")] = 8765,
+    api_key_env: Annotated[
+        str,
+        typer.Option(help="Environment variable holding the bearer key; unset variable = loopback only."),
+    ] = "QUCO_API_KEY",
+    concurrency: Annotated[int, typer.Option(help="Counts computed at once.")] = 2,
+    queue: Annotated[int, typer.Option(help="Requests waiting for a slot before new ones get 429.")] = 16,
     verbose: VerboseOpt = False,
 ) -> None:
     """Serve local indexes over the hosted Infini-gram API's JSON protocol."""
-    from quco.corpus_stats.server import serve_stats
+    from quco.corpus_stats.server import check_exposure, serve_stats
 
     _setup_logging(verbose)
     named: dict[str, list[str]] = {}
@@ -304,7 +433,17 @@ def serve_stats_cmd(
         if not sep:
             name, dirs = Path(spec).name, spec
         named[name] = [d for d in dirs.split(",") if d]
-    serve_stats(named, host=host, port=port)
+    key = os.environ.get(api_key_env) or None
+    check_exposure(host, key, api_key_env)  # before the indexes are opened
+    serve_stats(
+        named,
+        host=host,
+        port=port,
+        api_key=key,
+        api_key_env=api_key_env,
+        concurrency=concurrency,
+        queue=queue,
+    )
 
 
 _mount_optional()

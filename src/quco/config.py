@@ -13,9 +13,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from quco.errors import ConfigError
+
+# Numeric bounds that no setting can cross: a context window too small for any few-shot prompt, and more passages
+# per query than a prompt could ever hold.
+MIN_CONTEXT_TOKENS = 128
+MAX_TOP_K = 1000
 
 
 class _Section(BaseModel):
@@ -32,17 +37,18 @@ class GeneratorConfig(_Section):
     gguf_file: str | None = None
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    threads: int | None = None
-    max_context_tokens: int = 4096  # prompts longer than this are left-truncated (noted in the trace)
+    threads: int | None = Field(None, ge=1)
+    # prompts longer than this are left-truncated (noted in the trace); below 128 no few-shot prompt fits
+    max_context_tokens: int = Field(4096, ge=MIN_CONTEXT_TOKENS)
     # -- backend "openai": the server, its key, and how hard to try --
     base_url: str | None = None  # e.g. http://127.0.0.1:8080/v1
     api_key_env: str | None = None  # name of the environment variable holding the key (never the key itself)
-    timeout_s: float = 120.0  # per request
-    max_retries: int = 3  # on connection errors, timeouts, 429 and 5xx, with exponential backoff
-    concurrency: int = 4  # requests in flight at once from this process
+    timeout_s: float = Field(120.0, gt=0)  # per request
+    max_retries: int = Field(3, ge=0)  # on connection errors, timeouts, 429 and 5xx, with exponential backoff
+    concurrency: int = Field(4, ge=1)  # requests in flight at once from this process
     chat: bool = False  # False: /v1/completions with the raw prompt; True: /v1/chat/completions
     # alternatives per token when logprobs are asked for (entropy is estimated from them)
-    top_logprobs: int = 5
+    top_logprobs: int = Field(5, ge=0)
 
 
 class RetrieverConfig(_Section):
@@ -51,8 +57,10 @@ class RetrieverConfig(_Section):
     # otherwise a JSONL or TSV file (DPR psgs_w100 form: id, text, title).
     corpus: str = "wiki-summaries"
     index_dir: str | None = None  # default: <cache>/bm25/<corpus fingerprint>
-    top_k: int = 3
-    max_query_words: int = 64  # queries are left-truncated to their last N words (as the ES code does)
+    top_k: int = Field(3, ge=1, le=MAX_TOP_K)
+    max_query_words: int = Field(
+        64, ge=1
+    )  # queries are left-truncated to their last N words (as the ES code does)
 
 
 class CorpusStatsConfig(_Section):
@@ -60,15 +68,19 @@ class CorpusStatsConfig(_Section):
     corpus: str | None = None  # default: the retriever's corpus
     index_dir: str | None = None  # default: <cache>/infini-gram/<corpus fingerprint>-<tokenizer>
     tokenizer: str = "wordpiece"  # "wordpiece" (uncased, bundled) | "bytes" | path to a tokenizers JSON
-    cooccurrence: Literal["document", "window"] = "document"
-    max_diff_tokens: int = 1000  # window size for window co-occurrence (the published value)
-    max_clause_freq: int = 500000
+    cooccurrence: Literal["document", "window", "window_exact"] = "document"
+    max_diff_tokens: int = Field(1000, ge=1)  # window size for window co-occurrence (the published value)
+    max_clause_freq: int = Field(500000, ge=1)
+    # Read a local index into memory at start-up instead of paging it in (+ its size in RSS, seconds to open):
+    # counts stay fast when other processes push its pages out of the page cache.
+    load_to_ram: bool = False
     api_url: str = "https://api.infini-gram.io/"
     api_index: str = "v4_olmo-2-0325-32b-instruct_llama"
-    timeout_s: float = 10.0
-    retries: int = 3
+    api_key_env: str | None = None  # variable holding the bearer key of a `quco serve stats` that needs one
+    timeout_s: float = Field(10.0, gt=0)
+    retries: int = Field(3, ge=0)
     unknown_policy: Literal["retrieve", "keep"] = "retrieve"  # what a failed lookup means
-    concurrency: int = 8  # API requests in flight at once
+    concurrency: int = Field(8, ge=1)  # API requests in flight at once
     # Persistent SQLite cache of counts: "auto" = on for the API (a lookup is a network round trip), off for
     # local indexes (a count costs less than a cache write).
     cache: Literal["auto", "on", "off"] = "auto"
@@ -79,7 +91,7 @@ class TextConfig(_Section):
     entity_extractor: Literal["rules", "llm"] = "rules"
     triplet_extractor: Literal["rules", "llm"] = "rules"
     extractor_model: str | None = None  # a separate generator for the LLM extractor; default: the main one
-    extractor_max_new_tokens: int = 64
+    extractor_max_new_tokens: int = Field(64, ge=1)
     # A QuCo-style prompt JSON (keys entity_extraction_prompt, entity_extraction_prompt_for_question) to use
     # the published extractor prompts unchanged; default: quco's own prompts.
     extractor_prompts: str | None = None
@@ -88,18 +100,20 @@ class TextConfig(_Section):
 class PromptConfig(_Section):
     # "builtin:hotpotqa", "builtin:2wikimultihopqa", or a JSON/JSONL file of {question, cot, answer}
     exemplars: str = "builtin:hotpotqa"
-    fewshot: int = 8
+    fewshot: int = Field(8, ge=0)
     template: str | None = None  # prompt layout (see quco.prompts templates); None: the method's own
 
 
 class GenerationConfig(_Section):
-    max_new_tokens: int = 128  # the token budget (generate_max_length); what it bounds is set by ``budget``
+    max_new_tokens: int = Field(
+        128, ge=1
+    )  # the token budget (generate_max_length); ``budget`` says what it bounds
     # "per_call": every generation call may write max_new_tokens, and the loop stops once the prediction is longer
     # than that (the DRAGIN / QuCo-RAG code); "prediction": the whole prediction gets max_new_tokens, each call
-    # the rest of it. None: the method's published default (``Shape.budget``).
+    # the rest of it. None: the method's default (``Shape.budget``).
     budget: Literal["per_call", "prediction"] | None = None
     stop: list[str] = Field(default_factory=lambda: ["\nQuestion:", "\n\n"])
-    max_steps: int = 10  # loop iterations before the step budget stops generation
+    max_steps: int = Field(10, ge=1)  # loop iterations before the step budget stops generation
 
 
 class PipelineConfig(_Section):
@@ -111,6 +125,16 @@ class PipelineConfig(_Section):
     text: TextConfig = Field(default_factory=TextConfig)
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
+
+    @model_validator(mode="after")
+    def _room_for_a_prompt(self) -> PipelineConfig:
+        if self.generation.max_new_tokens >= self.generator.max_context_tokens:
+            raise ValueError(
+                f"generation.max_new_tokens ({self.generation.max_new_tokens}) leaves no room for a prompt in "
+                f"generator.max_context_tokens ({self.generator.max_context_tokens}); lower the first or raise "
+                "the second"
+            )
+        return self
 
 
 def _expand(value: Any) -> Any:
@@ -177,6 +201,12 @@ def load_config(
         return PipelineConfig.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "(top level)"
         src = f" in {path}" if path else ""
-        raise ConfigError(f"invalid config{src}: {where}: {err['msg']}") from exc
+        msg = err["msg"].removeprefix("Value error, ")
+        if not err["loc"]:  # a check across sections: its message names the fields
+            raise ConfigError(f"invalid config{src}: {msg}") from exc
+        where = ".".join(str(x) for x in err["loc"])
+        given = err.get("input")
+        if isinstance(given, (int, float, str)) and not isinstance(given, bool) and len(str(given)) <= 40:
+            msg += f" (got {given!r})"
+        raise ConfigError(f"invalid config{src}: {where}: {msg}") from exc

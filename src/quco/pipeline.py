@@ -17,6 +17,7 @@ from quco.engine.context import Parts, RunContext
 from quco.engine.loop import finish, run
 from quco.engine.method import Method
 from quco.errors import InputError
+from quco.inputs import check_text
 from quco.llm.base import require
 from quco.methods import method_class
 from quco.prompts import load_exemplars, load_template
@@ -74,7 +75,16 @@ def assemble(
     generator = shared_generator(config.generator)
     require(generator, shape.needs, f"method '{method.name}'")
     same = share.config if share is not None else None
-    text = share.text if same is not None and same.text == config.text else build_text(config.text)
+    extractor_generator = None
+    if config.text.extractor_model:
+        extractor_generator = shared_generator(
+            config.generator.model_copy(update={"model": config.text.extractor_model})
+        )
+    # The LLM extractors wrap their prompts in their generator's chat template: shared only with the same model.
+    if same is not None and same.text == config.text and same.generator == config.generator:
+        text = share.text
+    else:
+        text = build_text(config.text, generator=extractor_generator or generator)
     exemplars = load_exemplars(config.prompt.exemplars)[: config.prompt.fewshot]
     template = load_template(config.prompt.template or method.template)
 
@@ -113,11 +123,6 @@ def assemble(
     retrievers = {}
     if same is not None and same.retriever.corpus == config.retriever.corpus:
         retrievers = dict(share.retrievers)
-    extractor_generator = None
-    if config.text.extractor_model:
-        extractor_generator = shared_generator(
-            config.generator.model_copy(update={"model": config.text.extractor_model})
-        )
     return Parts(
         config=config,
         generator=generator,
@@ -170,6 +175,7 @@ class Pipeline:
     def _prepare_question(self, question: str, trace: Trace) -> str:
         if not isinstance(question, str) or not question.strip():
             raise InputError('the question is empty; ask something, e.g. quco ask "Who wrote Hamlet?"')
+        check_text(question)  # lone surrogates / undecodable bytes: one clear error, not a tokenizer crash
         question = " ".join(question.split())
         limit = int(self.parts.generator.max_context_tokens * _QUESTION_SHARE)
         n = self.parts.generator.count_tokens(question)

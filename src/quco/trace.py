@@ -64,6 +64,8 @@ class Counters:
 
     llm_calls: dict[str, int] = field(default_factory=dict)
     prompt_tokens: dict[str, int] = field(default_factory=dict)
+    # Prompt tokens the model actually evaluated; the rest came from the backend's cache (llamacpp's reuse).
+    prompt_tokens_evaluated: dict[str, int] = field(default_factory=dict)
     generated_tokens: dict[str, int] = field(default_factory=dict)
     retrievals: int = 0  # retrieval queries issued
     retrieval_calls: int = 0  # batched calls to the retriever
@@ -73,9 +75,20 @@ class Counters:
     corpus_cache_hits: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
 
-    def add_llm(self, role: str, prompt_tokens: int, generated_tokens: int, calls: int = 1) -> None:
+    def add_llm(
+        self,
+        role: str,
+        prompt_tokens: int,
+        generated_tokens: int,
+        calls: int = 1,
+        *,
+        evaluated: int | None = None,
+    ) -> None:
+        """Count calls and tokens of a role; ``evaluated`` prompt tokens default to all of them (not known)."""
         self.llm_calls[role] = self.llm_calls.get(role, 0) + calls
         self.prompt_tokens[role] = self.prompt_tokens.get(role, 0) + prompt_tokens
+        done = prompt_tokens if evaluated is None else evaluated
+        self.prompt_tokens_evaluated[role] = self.prompt_tokens_evaluated.get(role, 0) + done
         self.generated_tokens[role] = self.generated_tokens.get(role, 0) + generated_tokens
 
     def add_seconds(self, component: str, seconds: float) -> None:
@@ -91,7 +104,9 @@ class Counters:
 
     def merge(self, other: Counters) -> None:
         for role, n in other.llm_calls.items():
-            self.add_llm(role, other.prompt_tokens.get(role, 0), other.generated_tokens.get(role, 0), n)
+            prompt = other.prompt_tokens.get(role, 0)
+            evaluated = other.prompt_tokens_evaluated.get(role, prompt)
+            self.add_llm(role, prompt, other.generated_tokens.get(role, 0), n, evaluated=evaluated)
         self.retrievals += other.retrievals
         self.retrieval_calls += other.retrieval_calls
         self.passages_retrieved += other.passages_retrieved

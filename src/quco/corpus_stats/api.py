@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import socket
 import threading
@@ -26,6 +27,7 @@ from quco.corpus_stats.base import CountResult, Phrase
 from quco.corpus_stats.phrases import aliases, describe, describe_pair
 from quco.corpus_stats.protocol import COOCCURRENCE_FIELD, QUERY_TERMS_FIELD, compose
 from quco.corpus_stats.rates import HOSTED_INDEX_TOKENS
+from quco.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,15 @@ class _Rejected(Exception):
 
 class _Transient(Exception):
     """A failure worth retrying (timeout, connection, 429/5xx, unreadable answer)."""
+
+
+def _key_from_env(name: str | None) -> str | None:
+    if not name:
+        return None
+    key = os.environ.get(name)
+    if not key:
+        raise ConfigError(f"corpus_stats.api_key_env names {name}, but that environment variable is not set")
+    return key
 
 
 class InfiniGramAPI:
@@ -61,6 +72,7 @@ class InfiniGramAPI:
         concurrency: int = 8,
         total_tokens: int | None = None,
         transport: httpx.BaseTransport | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.url = url
         self.index = index
@@ -77,6 +89,7 @@ class InfiniGramAPI:
         self._total_failed_at = 0.0
         self.client = httpx.Client(
             timeout=httpx.Timeout(self.timeout_s),
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
             limits=httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency),
             # Without TCP_NODELAY the request body waits for the server's delayed ACK: 40 ms per round trip.
             transport=transport
@@ -100,6 +113,7 @@ class InfiniGramAPI:
             timeout_s=config.timeout_s,
             retries=config.retries,
             concurrency=config.concurrency,
+            api_key=_key_from_env(config.api_key_env),
         )
 
     # ------------------------------------------------------------------ transport

@@ -6,22 +6,30 @@ import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from filelock import FileLock
-
 from quco.config import CorpusStatsConfig
 from quco.corpus_stats.base import CorpusStats
-from quco.corpus_stats.build import Manifest, StatsIndexError, build_local_index, check_index_path
+from quco.corpus_stats.build import (
+    Manifest,
+    StatsIndexError,
+    build_local_index,
+    check_index_path,
+    clean_stale_builds,
+)
 from quco.corpus_stats.local import LocalInfiniGram
 from quco.corpus_stats.tokenizer import load_tokenizer, tokenizer_label
 from quco.errors import ConfigError
+from quco.locks import build_lock
 from quco.paths import cache_dir
 
 log = logging.getLogger(__name__)
 
 
-def default_index_dir(corpus_fingerprint: str, tokenizer: str) -> Path:
-    """``<cache>/infini-gram/<fingerprint>-<tokenizer label>``."""
+def default_index_dir(corpus_fingerprint: str, tokenizer: str, home: Path | None = None) -> Path:
+    """``<cache>/infini-gram/<fingerprint>-<tokenizer label>``, or ``<home>/infini-gram-<fingerprint[:16]>-<label>``
+    for a corpus with its own index home (the realistic world's corpora)."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in corpus_fingerprint)
+    if home is not None:
+        return home / f"infini-gram-{safe[:16]}-{tokenizer_label(tokenizer)}"
     return cache_dir() / "infini-gram" / f"{safe}-{tokenizer_label(tokenizer)}"
 
 
@@ -47,17 +55,21 @@ def open_or_build_local(
     corpus_docs: Callable[[], Iterable[tuple[str, str]]],
     corpus_fingerprint: str,
     progress: bool = True,
+    index_home: Path | None = None,
 ) -> LocalInfiniGram:
+    # A corpus's ``docs`` method carries the corpus, which may name its own index home.
+    home = index_home or getattr(getattr(corpus_docs, "__self__", None), "index_home", None)
     index_dir = (
         Path(config.index_dir).expanduser().resolve()
         if config.index_dir
-        else default_index_dir(corpus_fingerprint, config.tokenizer)
+        else default_index_dir(corpus_fingerprint, config.tokenizer, home)
     )
     check_index_path(index_dir)
     if not index_dir.exists():
         index_dir.parent.mkdir(parents=True, exist_ok=True)
         # One builder at a time; others wait, then open what it built.
-        with FileLock(str(index_dir.parent / f".{index_dir.name}.lock")):
+        with build_lock(index_dir):
+            clean_stale_builds(index_dir)
             if not index_dir.exists():
                 log.info("building corpus-statistics index %s", index_dir)
                 build_local_index(
@@ -73,6 +85,7 @@ def open_or_build_local(
         cooccurrence=config.cooccurrence,
         max_diff_tokens=config.max_diff_tokens,
         max_clause_freq=config.max_clause_freq,
+        load_to_ram=config.load_to_ram,
     )
 
 

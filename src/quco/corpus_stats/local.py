@@ -1,11 +1,17 @@
 """Counts from local Infini-gram indexes (one or several directories, each with one or more shards).
 
-Two co-occurrence semantics. "window" is the engine's CNF count: spans where both phrases occur within
-``max_diff_tokens`` tokens; it discards spans whose nearest neighbours straddle a document separator, so on short
-passages it undercounts (stack.md §1). "document" counts the documents that contain both phrases, exactly: the
-suffix-array rank range of each phrase gives its corpus positions, ``offset.N`` maps positions to documents, and
-the two document sets are intersected. When one side is much more frequent, its documents are not enumerated;
-instead the few documents of the rare side are scanned for it (same answer, less work).
+Three co-occurrence semantics.
+- "window" is the engine's CNF count, as the hosted API computes it: for each occurrence of the rarer phrase,
+  the nearest occurrence of the other on each side within ``max_diff_tokens``; spans that straddle a document
+  separator are discarded, so a true pair is lost whenever the far-side neighbour lies in another document
+  (stack.md §1).
+- "window_exact" is what that rule approximates: occurrences of the rarer phrase with the other one starting
+  within ``max_diff_tokens`` tokens of it in the same document. Positions come from the suffix-array ranges; a
+  very frequent other phrase is found by reading the tokens around the rare one instead.
+- "document" counts the documents that contain both phrases, exactly: the suffix-array rank range of each
+  phrase gives its corpus positions, ``offset.N`` maps positions to documents, and the two document sets are
+  intersected. When one side is much more frequent, its documents are not enumerated; instead the few documents
+  of the rare side are scanned for it (same answer, less work).
 """
 
 from __future__ import annotations
@@ -23,10 +29,11 @@ from quco.corpus_stats.base import CountResult, Phrase
 from quco.corpus_stats.build import Manifest, StatsIndexError, check_index_path
 from quco.corpus_stats.phrases import aliases, describe, describe_pair, drop_extensions
 from quco.corpus_stats.tokenizer import TOKENIZER_FILE, IndexTokenizer
+from quco.corpus_stats.windows import near_same_document
 
 log = logging.getLogger(__name__)
 
-Cooccurrence = Literal["document", "window"]
+Cooccurrence = Literal["document", "window", "window_exact"]
 BACKEND = "infini-gram-local"
 # Scan the rare side's documents instead of enumerating the frequent side when the frequent side has more
 # occurrences than this many times the tokens to scan.
@@ -76,14 +83,17 @@ class LocalInfiniGram:
         max_clause_freq: int = 500000,
         *,
         load_to_ram: bool = False,
+        prefetch: bool = False,
     ) -> None:
         from infini_gram.engine import InfiniGramEngine
 
         dirs = [index_dir] if isinstance(index_dir, (str, Path)) else list(index_dir)
         if not dirs:
             raise StatsIndexError("no index directory given; pass at least one")
-        if cooccurrence not in ("document", "window"):
-            raise StatsIndexError(f"cooccurrence must be 'document' or 'window', not {cooccurrence!r}")
+        if cooccurrence not in ("document", "window", "window_exact"):
+            raise StatsIndexError(
+                f"cooccurrence must be 'document', 'window' or 'window_exact', not {cooccurrence!r}"
+            )
         if max_diff_tokens <= 0 or max_clause_freq <= 0:
             raise StatsIndexError("max_diff_tokens and max_clause_freq must be positive integers")
         self.dirs = [Path(d).expanduser().resolve() for d in dirs]
@@ -123,6 +133,10 @@ class LocalInfiniGram:
         self._shards = self._open_shards()
 
         vocab = {"u8": 255, "u16": 65535, "u32": 2**32 - 1}[first.token_dtype]
+        # The engine's default prefetching issues a tree of madvise(WILLNEED) calls at every step of every
+        # binary search; meant for indexes read from slow disks, it made ``count`` 50x slower at 90M tokens
+        # than at 2M (docs/corpus_stats.md). The page cache holds an index this size, so it is off by default.
+        depths = {} if prefetch else {"ds_prefetch_depth": 0, "sa_prefetch_depth": 0, "od_prefetch_depth": 0}
         self.engine = InfiniGramEngine(
             [str(d) for d in self.dirs],
             eos_token_id=0,
@@ -132,6 +146,7 @@ class LocalInfiniGram:
             load_to_ram=load_to_ram,
             max_clause_freq=self.max_clause_freq,
             max_diff_tokens=self.max_diff_tokens,
+            **depths,
         )
 
     def _open_shards(self) -> list[_Shard]:
@@ -271,7 +286,10 @@ class LocalInfiniGram:
         clauses = [drop_extensions([tuple(s) for s in c]) for c in clauses]
         if len(clauses) == 1:
             return self.count_ids(clauses[0])
-        if (cooccurrence or self.cooccurrence) == "window":
+        mode = cooccurrence or self.cooccurrence
+        if mode == "window_exact":
+            return self._window_exact(clauses, max_diff_tokens or self.max_diff_tokens), False
+        if mode == "window":
             cnf = [[list(s) for s in c] for c in clauses]
             res = self.engine.count_cnf(
                 cnf, max_clause_freq or self.max_clause_freq, max_diff_tokens or self.max_diff_tokens
@@ -280,6 +298,65 @@ class LocalInfiniGram:
                 raise RuntimeError(res["error"])
             return int(res["count"]), bool(res["approx"])
         return self._doc_count(clauses), False
+
+    def _positions(self, shard_index: int, ranges_per_alias: list[list[tuple[int, int]]]) -> np.ndarray:
+        """Sorted token positions (within one shard) where any alias starts."""
+        shard = self._shards[shard_index]
+        parts = [
+            shard.pointers(*r[shard_index], self._width)
+            for r in ranges_per_alias
+            if r[shard_index][1] > r[shard_index][0]
+        ]
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        return np.unique(np.concatenate(parts))
+
+    def _near_by_scan(
+        self, shard: _Shard, rare: np.ndarray, seqs: list[tuple[int, ...]], max_diff: int
+    ) -> np.ndarray:
+        """Per rare position: whether a seq starts within ``max_diff`` tokens of it in the same document, found by
+        reading the tokens around it (cheaper than listing a very frequent phrase's positions)."""
+        doc = np.searchsorted(shard.starts, rare, side="right") - 1
+        ends = np.append(shard.starts[1:], len(shard.ds))
+        lo = np.maximum(rare - max_diff, shard.starts[doc] + 1)
+        hi = np.minimum(rare + max_diff + 1, ends[doc])  # window of start positions [lo, hi)
+        lens = hi - lo
+        cum = np.concatenate(([0], np.cumsum(lens)))
+        idx = np.repeat(lo - cum[:-1], lens) + np.arange(int(cum[-1]))
+        found = np.zeros(len(rare), dtype=bool)
+        last = len(shard.ds) - 1
+        for seq in seqs:
+            mask = idx + len(seq) <= np.repeat(ends[doc], lens)  # the match ends before the next document
+            for j, tok in enumerate(seq):
+                mask &= np.asarray(shard.ds[np.minimum(idx + j, last)]) == tok
+            found[np.searchsorted(cum, np.flatnonzero(mask), side="right") - 1] = True
+        return found
+
+    def _window_exact(self, clauses: list[list[tuple[int, ...]]], max_diff: int) -> int:
+        """Occurrences of the rarest clause with every other clause starting within ``max_diff`` tokens of it in
+        the same document: the paper's window, without the engine's document-boundary artefact."""
+        infos = []
+        for seqs in clauses:
+            ranges = [self._ranges(s) for s in seqs]
+            n = sum(e - s for r in ranges for s, e in r)
+            if n == 0:
+                return 0
+            infos.append((n, seqs, ranges))
+        infos.sort(key=lambda x: x[0])
+        total = 0
+        for si, shard in enumerate(self._shards):
+            rare = self._positions(si, infos[0][2])
+            keep = np.ones(len(rare), dtype=bool)
+            for _n, seqs, ranges in infos[1:]:
+                if not keep.any():
+                    break
+                here = sum(r[si][1] - r[si][0] for r in ranges)
+                if here > SCAN_RATIO * len(rare) * (2 * max_diff + 1):
+                    keep &= self._near_by_scan(shard, rare, seqs, max_diff)
+                else:
+                    keep &= near_same_document(rare, self._positions(si, ranges), shard.starts, max_diff)
+            total += int(np.count_nonzero(keep))
+        return total
 
     def _doc_count(self, clauses: list[list[tuple[int, ...]]]) -> int:
         """Documents containing every clause; starts from the rarest and narrows the candidate set."""

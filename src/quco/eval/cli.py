@@ -48,7 +48,7 @@ def eval_command(
     limit: int | None = None,
     offset: int = 0,
     out_dir: Path | None = None,
-    workers: int = 1,
+    workers: int | None = None,
     resume: bool = True,
     reprompt: bool = False,
     sets: Sequence[str] = (),
@@ -236,8 +236,12 @@ def eval_cli(
         Path | None, typer.Option("--out", help="Run directory (default runs/DATASET-METHOD-HASH).")
     ] = None,
     workers: Annotated[
-        int, typer.Option(help="Questions answered concurrently (backends that allow it).")
-    ] = 1,
+        int | None,
+        typer.Option(
+            help="Questions answered concurrently (backends that allow it); llamacpp: worker processes, "
+            "default one per core; others: default 1."
+        ),
+    ] = None,
     resume: Annotated[
         bool, typer.Option(help="Continue a run in --out (default); --no-resume refuses.")
     ] = True,
@@ -314,11 +318,15 @@ def summary_cli(
             vals += [format_rate(row["firing"][stage], stage) for stage, _ in FIRING_COLUMNS]
         return [row["run"], row["method"], str(row["questions"])] + vals
 
+    from quco.world.guard import world_lines  # which world each run measured in (pool or realistic)
+
     if markdown:
         out.print("| " + " | ".join(headers) + " |", highlight=False, soft_wrap=True)
         out.print("|" + "---|" * len(headers), highlight=False, soft_wrap=True)
         for row in rows:
             out.print("| " + " | ".join(cells(row)) + " |", highlight=False, soft_wrap=True)
+        for line in world_lines([load_run(r) for r in runs]):
+            out.print(f"- {line}", highlight=False, soft_wrap=True)
         return
     table = Table(title="mean per question [95% bootstrap CI]; EM and F1 in %")
     for h in headers:
@@ -326,6 +334,8 @@ def summary_cli(
     for row in rows:
         table.add_row(*cells(row))
     out.print(table)
+    for line in world_lines([load_run(r) for r in runs]):
+        out.print(line, highlight=False, soft_wrap=True)
 
 
 # The two runs of `quco compare` and `quco trace-diff`.

@@ -29,6 +29,7 @@ from quco.eval.analysis import (
 )
 from quco.eval.runs import Run, load_run
 from quco.eval.stats import Interval, compare, summarize
+from quco.world.guard import world_html
 
 log = logging.getLogger(__name__)
 
@@ -376,7 +377,7 @@ def write_report(
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     body = (
         f"<h1>{_esc(title)}</h1><p class='muted'>Generated {generated}. Dataset: {_esc(', '.join(datasets))}.</p>"
-        f"<ul>{run_list}</ul><h2>Comparison</h2>{_summary_table(runs, summaries)}"
+        f"<ul>{run_list}</ul>{world_html(runs)}<h2>Comparison</h2>{_summary_table(runs, summaries)}"
         f"{_paired_table(runs, runs[baseline])}"
         f"<h2>Plots</h2><div class='plots'>{''.join(plots)}</div>{_questions_table(runs)}"
     )

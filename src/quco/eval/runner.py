@@ -9,6 +9,8 @@ would silently corrupt every number computed from it.
 Concurrency: with ``workers > 1`` questions are answered on threads that share one pipeline. Whether that
 is safe and useful is the backend's business (the in-process transformers backend serialises generation
 with a lock, so it runs with one worker here); scoring and writing always happen on the calling thread.
+For the in-process llama.cpp backend the workers are processes (``quco.eval.parallel``), one per core by
+default.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from quco.config import PipelineConfig, load_config
 from quco.datasets import Example, load_dataset, resolve_dataset
 from quco.errors import QucoError
 from quco.eval.metrics import score_prediction
+from quco.eval.parallel import default_workers, process_workers
 from quco.eval.runs import CONFIG_FILE, RESULTS_FILE, RunError, scan_results, unique_records
 from quco.trace import Trace
 
@@ -72,6 +75,7 @@ class _Target:
     method: str
     config: PipelineConfig | None = None
     backend: str | None = None
+    built_here: bool = False  # built from a config (so worker processes can build it too)
 
 
 def _resolve_target(
@@ -98,6 +102,7 @@ def _resolve_target(
             cfg.method,
             cfg,
             cfg.generator.backend,
+            built_here=True,
         )
     pipe_cfg = getattr(target, "config", None)
     if hasattr(target, "answer") and isinstance(pipe_cfg, PipelineConfig):  # a built Pipeline
@@ -386,7 +391,7 @@ def run_eval(
     limit: int | None = None,
     offset: int = 0,
     out_dir: str | Path | None = None,
-    workers: int = 1,
+    workers: int | None = None,
     resume: bool = True,
     reprompt: bool = False,
     progress: bool = True,
@@ -415,12 +420,14 @@ def run_eval(
     config), so only the protocol's re-prompt calls are made. Questions it lacks (or that raised there) are
     answered afresh.
     """
-    if workers < 1:
+    if workers is not None and workers < 1:
         raise QucoError(f"workers must be >= 1, got {workers}")
     start = time.perf_counter()
     ref = resolve_dataset(dataset)
     examples = load_dataset(dataset, limit=limit, offset=offset, sample=sample, seed=seed)
     tgt = _resolve_target(target, overrides, fingerprint, progress)
+    if workers is None:  # the default: worker processes for llama.cpp (quco.eval.parallel), else one
+        workers = default_workers(tgt.backend if tgt.built_here else None)
     if protocol is None:
         default = (
             "published" if ref.name in PUBLISHED_PROTOCOL_DATASETS and tgt.config is not None else "strict"
@@ -455,6 +462,9 @@ def run_eval(
             f"another `quco eval` is writing into {out}; wait for it or choose another --out"
         ) from None
     try:
+        from quco.world.guard import record_world  # world.json: which corpora, pool or realistic
+
+        record_world(out, tgt.config)
         return _run_locked(
             out, tgt, identity, config_hash, examples, ref, workers, resume, answer_protocol, progress,
             retry_errors, label, start,
@@ -509,10 +519,13 @@ def _run_locked(
     errors = sum(1 for r in prior if r.get("error"))
     new: list[dict[str, Any]] = []
     if todo:
-        answer_fn, pipe = tgt.build()
+        procs = process_workers(
+            tgt.config if tgt.built_here else None, tgt.backend, workers, protocol=protocol, recorded=reuse
+        )
+        answer_fn, pipe = tgt.build() if procs is None else (None, None)
         if pipe is not None:
             answer_fn = functools.partial(pipe.answer, protocol=protocol)
-        elif protocol.reprompt:
+        elif procs is None and protocol.reprompt:
             raise QucoError("the answer re-prompt needs a pipeline's generator; pass a config or a Pipeline")
         if workers > 1 and tgt.backend == "hf":
             log.warning(
@@ -533,7 +546,7 @@ def _run_locked(
         bar = _Progress(progress, f"{tgt.method} on {ref.name}", len(examples), len(prior), em_sum)
         try:
             with bar, results.open("a", encoding="utf-8") as fh:
-                for outcome in _outcomes(todo, workers, call):
+                for outcome in _outcomes(todo, workers, call) if procs is None else procs.outcomes(todo):
                     rec = _record(outcome)
                     _fsync_write(fh, json.dumps(rec, ensure_ascii=False, default=_json_default) + "\n")
                     new.append(rec)

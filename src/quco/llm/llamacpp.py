@@ -9,10 +9,12 @@ crashes on CPUs with AMX.
 from __future__ import annotations
 
 import codecs
+import ctypes
 import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +24,9 @@ import numpy as np
 
 from quco.config import GeneratorConfig
 from quco.errors import CapabilityError, ConfigError, QucoError
-from quco.llm.base import Analysis, Capability, Generation, StopWhen, prompt_budget
+from quco.llm.base import Analysis, Capability, Generation, StopWhen, prompt_budget, shared_chars
+from quco.llm.batching import batch_ends, common_prefix, reusable
+from quco.llm.models import named_gguf
 from quco.paths import cache_dir
 
 logger = logging.getLogger(__name__)
@@ -30,6 +34,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL = "gemma3-270m"
 _GGUF_SIZE = 253_113_024  # the assembled bundled GGUF (its SHA-256 is checked by the package on assembly)
 _DEFAULT_GGUF_DIR = "gemma3-270m-gguf"  # shared with the 'hf' backend, which converts the same file
+# Prompt tokens per batch. On CPU a batch of 1024 costs a third less per token than 256 and a tenth less than
+# 512 (measured on the evaluation model, docs/evaluation_model.md); most prompts fit in two batches.
+BATCH_TOKENS = 1024
 
 
 class LlamaCppError(QucoError):
@@ -69,13 +76,17 @@ def resolve_gguf(config: GeneratorConfig) -> Path:
     """The GGUF file a config names: the bundled default, ``model``/``gguf_file``, or ``model`` as a file."""
     if config.model == DEFAULT_MODEL and config.gguf_file is None:
         return default_gguf_path()
+    if config.gguf_file is None:
+        named = named_gguf(config.model)  # a pulled model by name (`quco models`), or None
+        if named is not None:
+            return named
     path = Path(config.model).expanduser()
     if config.gguf_file is not None:
         path = path / config.gguf_file
     if not path.is_file() or path.suffix.lower() != ".gguf":
         raise ConfigError(
             f"generator model '{path}' is not a GGUF file; the 'llamacpp' backend needs generator.model to be "
-            f"a .gguf path (or a directory plus generator.gguf_file), or '{DEFAULT_MODEL}'"
+            f"a .gguf path (or a directory plus generator.gguf_file), or a model name from `quco models`"
         )
     return path
 
@@ -130,6 +141,7 @@ class _Sample:
     entropies: list[float] = field(default_factory=list)
     top: list[dict[str, float]] = field(default_factory=list)
     finish: str = "length"
+    evaluated: int | None = 0  # prompt tokens run through the model for this sample (None: not known)
 
 
 class LlamaCppGenerator:
@@ -153,11 +165,19 @@ class LlamaCppGenerator:
         self.top_logprobs = top_logprobs
         # llama.cpp's results depend in their last bits on how a prompt was split into batches, so reusing an
         # arbitrary cached prefix can change a greedy continuation (a repeated prompt re-evaluates only its
-        # last token). Reproducible mode reuses only whole batches evaluated from position 0, exactly as a
-        # fresh evaluation would split the prompt: the output never depends on the prompts asked before.
-        # False: llama-cpp-python's own reuse, as its server does (faster, history-dependent).
+        # last token). Reproducible mode splits every prompt by one rule (quco.llm.batching) and reuses
+        # evaluated state only where a fresh evaluation would have made the same batches: the output never
+        # depends on the prompts asked before. False: llama-cpp-python's own reuse, as its server does.
         self.reproducible = reproducible
-        self._canonical = 0  # leading cached positions evaluated as whole batches from position 0
+        # Savings of reproducible mode; switching them off changes the speed, never the output.
+        self.reuse = True  # reuse the state left by the previous prompt and the saved shared-prefix states
+        self.shared_prefix = True  # split at a prompt's declared shared prefix and keep that prefix's state
+        self.prefix_states = 4  # shared-prefix states kept (least recently used dropped first)
+        self.chunk = int(getattr(llama, "n_batch", 512))  # tokens per batch (at most llama's n_batch)
+        self._ends: list[int] = []  # batch ends of the evaluated prompt whose state the context holds
+        self._key: tuple[int, ...] | None = None  # and the shared prefix it was evaluated with
+        self._states: OrderedDict[tuple[int, ...], bytes] = OrderedDict()  # shared prefix -> sequence state
+        self._prefix_ids: OrderedDict[str, list[int]] = OrderedDict()  # shared prefix text -> its tokens
         self._lock = threading.Lock()  # one decode at a time: the context and its KV cache are not re-entrant
         self._llama_cpp = _import_llama_cpp()
 
@@ -178,6 +198,8 @@ class LlamaCppGenerator:
                 model_path=str(path),
                 n_ctx=config.max_context_tokens,
                 n_threads=config.threads or None,
+                n_batch=BATCH_TOKENS,
+                n_ubatch=BATCH_TOKENS,
                 logits_all=False,
                 verbose=False,
                 **kwargs,
@@ -191,6 +213,14 @@ class LlamaCppGenerator:
             model_path=str(path),
             top_logprobs=config.top_logprobs,
         )
+
+    def clear_cache(self) -> None:
+        """Forget every evaluated state (saved prefixes and the last prompt): the next prompt runs in full."""
+        with self._lock:
+            self._states.clear()
+            self._ends, self._key = [], None
+            self.llama.n_tokens = 0
+            self.llama._ctx.kv_cache_clear()
 
     # ----------------------------------------------------------------------------------------------------------
     def count_tokens(self, text: str) -> int:
@@ -237,6 +267,7 @@ class LlamaCppGenerator:
         want = logprobs or entropy
         samples: list[_Sample] = []
         with self._lock:
+            shared = 0 if truncated else self._shared_tokens(prompt, ids)
             for k in range(1 if greedy else n):
                 if not greedy:
                     self.llama.set_seed(
@@ -255,6 +286,7 @@ class LlamaCppGenerator:
                         logprobs,
                         stop_when=stop_when,
                         same_prompt=k > 0,
+                        shared=shared,
                     )
                 )
         gens = [
@@ -268,11 +300,12 @@ class LlamaCppGenerator:
                 finish_reason=s.finish,
                 prompt_tokens=len(ids),
                 prompt_truncated=truncated,
+                prompt_tokens_evaluated=s.evaluated,
             )
             for s in samples
         ]
         if greedy and n > 1:
-            gens += [_copy(gens[0]) for _ in range(n - 1)]
+            gens += [_copy(gens[0], evaluated=0) for _ in range(n - 1)]
         return gens
 
     def _one(
@@ -287,6 +320,7 @@ class LlamaCppGenerator:
         want_top: bool,
         stop_when: StopWhen | None = None,
         same_prompt: bool = False,
+        shared: int = 0,
     ) -> _Sample:
         llama_cpp = self._llama_cpp
         capture = _Capture() if want_scores else None
@@ -295,10 +329,23 @@ class LlamaCppGenerator:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         out = _Sample()
         text = ""
-        if not (same_prompt and self._reuse_prompt(ids)):
-            self._align_cache(ids)
+        if not self.reproducible:  # llama-cpp-python's own prefix reuse (what it evaluates is not reported)
+            feed, reset = ids, True
+            out.evaluated = None
+            self._ends, self._key = [], None  # nothing cached is known to follow the batching rule
+        elif same_prompt and self._rerun_last(ids):
+            feed, reset = [ids[-1]], False
+            out.evaluated = 1
+        else:
+            try:
+                out.evaluated = self._prefill(ids, shared)
+            except BaseException:
+                self._ends, self._key = [], None  # a half-evaluated prompt is never reused
+                raise
+            feed, reset = [], False  # the prompt is evaluated: sample from its last batch's scores
         for token in self.llama.generate(
-            ids,
+            feed,
+            reset=reset,
             temp=temperature,
             top_p=top_p,
             top_k=top_k,
@@ -338,37 +385,105 @@ class LlamaCppGenerator:
                 out.finish = "stop"
         return out
 
-    def _reuse_prompt(self, ids: list[int]) -> bool:
-        """Keep the cache of a prompt this call has just evaluated, except its last token (run again for fresh
-        logits). The result depends only on ``ids``, so reproducible mode holds; False if it is not cached."""
+    def _rerun_last(self, ids: list[int]) -> bool:
+        """Keep the cache of the prompt this call has just evaluated, except its last token, which runs again
+        (alone) for fresh scores. That depends only on ``ids``; False if the prompt is not cached."""
         llama = self.llama
         if llama.n_tokens < len(ids) or len(ids) < 2:
             return False
-        if not np.array_equal(llama._input_ids[: len(ids)], ids):
+        if common_prefix(llama._input_ids[: len(ids)], ids) < len(ids):
             return False
         llama.n_tokens = len(ids) - 1
-        # the last token's cache now comes from a one-token batch: never reuse it as a canonical position
-        self._canonical = min(self._canonical, ((len(ids) - 1) // llama.n_batch) * llama.n_batch)
+        # the last position now comes from a one-token batch: no batch end at or after it stays reusable
+        self._ends = [e for e in self._ends if e < len(ids)]
         return True
 
-    def _align_cache(self, ids: list[int]) -> None:
-        """Cut the cached prefix back to whole batches, so that the prompt is evaluated as if fresh."""
+    def _shared_tokens(self, prompt: str, ids: list[int]) -> int:
+        """Leading tokens of ``ids`` that belong to the prompt's declared shared prefix (0 if none)."""
+        chars = shared_chars(prompt)
+        if not (self.shared_prefix and chars):
+            return 0
+        text = prompt[:chars]
+        head = self._prefix_ids.get(text)
+        if head is None:
+            head = self.llama.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+            self._prefix_ids[text] = head
+            while len(self._prefix_ids) > 16:
+                self._prefix_ids.popitem(last=False)
+        # the prefix's last tokens may merge with what follows it: only the tokens the prompt has in common
+        return common_prefix(head, ids)
+
+    def _prefill(self, ids: list[int], shared: int) -> int:
+        """Evaluate the prompt as a fresh evaluation would, reusing state only where that is the same
+        computation; returns the number of prompt tokens evaluated.
+
+        A fresh evaluation runs the shared prefix in batches from position 0, saves its state and restores
+        it, then runs the rest in batches (``quco.llm.batching``). The round trip is part of the rule because
+        llama.cpp stores a restored state compactly (a sliding-window cache keeps only its window), which can
+        change later results in their last bits: so every path goes through it, and a saved prefix state can
+        stand in for the first part exactly.
+        """
         llama = self.llama
-        if not self.reproducible:
-            return
-        batch = llama.n_batch
-        canonical, self._canonical = self._canonical, (len(ids) // batch) * batch
-        if llama.n_tokens == 0:
-            return
-        cached = llama._input_ids
-        limit = min(len(cached), len(ids), canonical)
-        same = 0
-        while same < limit and int(cached[same]) == ids[same]:
-            same += 1
-        keep = (same // batch) * batch
-        if keep >= len(ids):  # the whole prompt is cached: its last batch must run again for fresh logits
-            keep = ((len(ids) - 1) // batch) * batch
-        llama.n_tokens = keep  # Llama.generate now reuses exactly ``keep`` positions (none: a full reset)
+        ends = batch_ends(len(ids), shared, min(self.chunk, llama.n_batch))
+        key = tuple(ids[:shared]) if shared in ends and shared < len(ids) else None
+        keep = 0
+        if self.reuse and llama.n_tokens > 0 and self._ends and self._key == key:
+            keep = reusable(llama._input_ids, self._ends, ids, ends)  # same prefix state: the rest may match
+        self._key, self._ends = key, [e for e in ends if e <= keep]
+        evaluated = 0
+        if key is not None and keep < shared:
+            state = self._states.get(key) if self.reuse else None
+            if state is None:  # evaluate the prefix from position 0
+                llama._ctx.kv_cache_clear()
+                llama.n_tokens = 0
+                start = 0
+                for end in (e for e in ends if e <= shared):
+                    llama.eval(ids[start:end])
+                    start = end
+                state, evaluated = self._save(), shared
+                if self.prefix_states > 0:
+                    self._keep_state(key, state)
+            else:
+                self._states.move_to_end(key)
+            self._restore(state, key)
+            self._ends = [e for e in ends if e <= shared]
+            keep = shared
+        elif keep == 0:
+            llama._ctx.kv_cache_clear()
+        llama.n_tokens = keep  # what is not kept is dropped by the next evaluation
+        start = keep
+        for end in ends:
+            if end <= keep:
+                continue
+            llama.eval(ids[start:end])
+            self._ends.append(end)
+            start = end
+        return evaluated + len(ids) - keep
+
+    def _save(self) -> bytes:
+        """The state of the sequence the context holds (the shared prefix)."""
+        llama_cpp, ctx = self._llama_cpp, self.llama._ctx.ctx
+        size = llama_cpp.llama_state_seq_get_size(ctx, 0)
+        buf = (ctypes.c_uint8 * size)()
+        n = llama_cpp.llama_state_seq_get_data(ctx, buf, size, 0)
+        if n <= 0:
+            raise LlamaCppError("llama.cpp could not save a prompt state")
+        return bytes(buf)[:n]
+
+    def _keep_state(self, key: tuple[int, ...], state: bytes) -> None:
+        self._states[key] = state
+        self._states.move_to_end(key)
+        while len(self._states) > self.prefix_states:
+            self._states.popitem(last=False)
+
+    def _restore(self, state: bytes, key: tuple[int, ...]) -> None:
+        llama, llama_cpp = self.llama, self._llama_cpp
+        llama._ctx.kv_cache_clear()  # the restored cells then start at the first cell, as always
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if llama_cpp.llama_state_seq_set_data(llama._ctx.ctx, buf, len(state), 0) == 0:
+            raise LlamaCppError("llama.cpp could not restore a saved prompt state")
+        llama.input_ids[: len(key)] = key
+        llama.n_tokens = len(key)
 
     def _piece(self, token: int) -> str:
         return self.llama.detokenize([token]).decode("utf-8", errors="replace")
@@ -414,7 +529,7 @@ def _cut(sample: _Sample, length: int) -> None:
     del sample.logprobs[kept:], sample.entropies[kept:], sample.top[kept:]
 
 
-def _copy(g: Generation) -> Generation:
+def _copy(g: Generation, evaluated: int | None) -> Generation:
     return Generation(
         text=g.text,
         token_ids=list(g.token_ids),
@@ -425,6 +540,7 @@ def _copy(g: Generation) -> Generation:
         finish_reason=g.finish_reason,
         prompt_tokens=g.prompt_tokens,
         prompt_truncated=g.prompt_truncated,
+        prompt_tokens_evaluated=evaluated,
     )
 
 
@@ -441,6 +557,7 @@ class ServedModel:
     n_ctx: int = 4096
     logits_all: bool = False  # llama-cpp-python's server needs it for logprobs (and is then much slower)
     n_threads: int | None = None
+    n_batch: int = 1024  # as the in-process backend (BATCH_TOKENS), so that both evaluate prompts alike
 
 
 class LlamaServer:
@@ -495,6 +612,8 @@ class LlamaServer:
                     "model": m.path,
                     "model_alias": m.alias,
                     "n_ctx": m.n_ctx,
+                    "n_batch": m.n_batch,
+                    "n_ubatch": m.n_batch,
                     "logits_all": m.logits_all,
                     "n_threads": m.n_threads or max(1, os.cpu_count() or 1),
                     "verbose": False,

@@ -18,6 +18,7 @@ import math
 from dataclasses import replace
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from quco.answer import extract_answer
@@ -26,6 +27,7 @@ from quco.engine.method import Check, Decision, Draft, Method, MethodParams, Sel
 from quco.llm.base import Capability
 from quco.prompts import PromptTemplate, TemplateSection
 from quco.retrieval.base import Passage
+from quco.retrieval.corpus import document_text
 from quco.retrieval.dense import DEFAULT_DENSE_MODEL, DenseRetriever
 from quco.signals.dtr import AisScore, ais_select, ugt_decision
 from quco.signals.record import TriggerRecord
@@ -49,6 +51,7 @@ ANSWER_TEMPLATE = PromptTemplate(
 DENSE_RETRIEVER = (
     "dense"  # name of the dense retriever in Parts.retrievers (shared with any other dense method)
 )
+_EMBEDDER_EXTRA = "dtr.embedder"  # Parts.extras: the embedder of path_retriever "pipeline"
 
 
 class DTRParams(MethodParams):
@@ -60,6 +63,10 @@ class DTRParams(MethodParams):
     n_per_path: int = Field(default=5, ge=1)  # passages fetched per path before AIS (published topn = 5)
     # Standard retrieval only: the dense index, or the pipeline's configured retriever (BM25).
     standard_retriever: Literal["dense", "pipeline"] = "dense"
+    # Dual path: where both paths' candidates come from. "dense": the dense index of the corpus (published);
+    # "pipeline": the pipeline's retriever (BM25), with the AIS cosines computed by embedding the few
+    # candidates on the fly, for corpora too large to embed (the Wikipedia haystack, docs/world.md).
+    path_retriever: Literal["dense", "pipeline"] = "dense"
     # "short": zero-shot short answer from the passages (the paper's prompt); "cot": the configured few-shot
     # chain-of-thought prompt, as the other methods use, for like-for-like comparisons.
     answer_prompt: Literal["short", "cot"] = "short"
@@ -125,14 +132,22 @@ class DTR(Method):
     def shape(self) -> Shape:
         p = self.params
         if p.retrieval == "dual_path":
-            return self.SHAPE
+            return replace(self.SHAPE, retriever=p.path_retriever == "pipeline")
         return replace(self.SHAPE, multi_path=False, retriever=p.standard_retriever == "pipeline")
 
     # -- parts ---------------------------------------------------------------------------------------
     def setup(self, parts: Any) -> None:
         p = self.params
         cfg = parts.config
-        if p.retrieval == "dual_path" or p.standard_retriever == "dense":
+        if p.retrieval == "dual_path" and p.path_retriever == "pipeline":
+            from quco.retrieval.dense import Embedder
+
+            if parts.retriever is None:  # parts assembled for another variant
+                from quco.retrieval import build_retriever
+
+                parts.retriever = build_retriever(cfg.retriever)
+            parts.extras[_EMBEDDER_EXTRA] = Embedder(p.dense_model, batch_size=p.dense_batch_size)
+        elif p.retrieval == "dual_path" or p.standard_retriever == "dense":
             existing = parts.retrievers.get(DENSE_RETRIEVER)
             if not (isinstance(existing, DenseRetriever) and existing.embedder.name == p.dense_model):
                 from quco.retrieval.dense import ensure_dense_index
@@ -224,8 +239,9 @@ class DTR(Method):
         pseudo = first_paragraph(raw)
         queries = [question, pseudo] if pseudo else [question]
         signals.update(retrieval="dual_path", ais_score=p.ais_score, pseudo_passage=pseudo)
+        retriever = None if p.path_retriever == "pipeline" else DENSE_RETRIEVER
         return Decision(
-            True, queries, signals, reason, triggers=[record], retriever=DENSE_RETRIEVER, k=p.n_per_path
+            True, queries, signals, reason, triggers=[record], retriever=retriever, k=p.n_per_path
         )
 
     def select(self, question: str, decision: Decision, found: Selection, ctx: RunContext) -> Selection:
@@ -235,11 +251,17 @@ class DTR(Method):
         if not passages:
             return Selection([], [], note="nothing retrieved")
         k = p.top_k or 3
-        dense: DenseRetriever = ctx.parts.retrievers[DENSE_RETRIEVER]  # type: ignore[assignment]
         queries = decision.queries
         with ctx.timed("retrieval"):
-            vecs = dense.encode_queries(queries)
-            sims = dense.similarities(vecs, [c.id for c in passages])
+            if p.path_retriever == "pipeline":  # embed the few candidates on the fly
+                emb = ctx.parts.extras[_EMBEDDER_EXTRA]
+                vecs = emb.encode([p.dense_query_prefix + q for q in queries])
+                texts = [p.dense_passage_prefix + document_text(c) for c in passages]
+                sims = np.clip(vecs @ emb.encode(texts).T, -1.0, 1.0)
+            else:
+                dense: DenseRetriever = ctx.parts.retrievers[DENSE_RETRIEVER]  # type: ignore[assignment]
+                vecs = dense.encode_queries(queries)
+                sims = dense.similarities(vecs, [c.id for c in passages])
         s1 = [float(x) for x in sims[0]]
         signals: dict[str, Any] = {}
         if len(queries) > 1:

@@ -94,7 +94,7 @@ class QuCoParams(MethodParams):
     head_threshold: float = 20
     cooccurrence_threshold: float = 1
     sentence_query: Literal["head_relation", "full_triplet", "original_sentence"] = "head_relation"
-    max_queries: int = -1  # -1: every flagged claim becomes a query
+    max_queries: int = Field(-1, ge=-1)  # -1 (or 0): every flagged claim becomes a query
     negation_phrases: list[str] = Field(default_factory=lambda: list(NEGATION_PHRASES))
     chatty_phrases: list[str] = Field(default_factory=lambda: list(CHATTY_PHRASES))
     # Negation and answer phrases are matched as written (published); False matches them in any case.

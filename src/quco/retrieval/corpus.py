@@ -14,13 +14,20 @@ import importlib.util
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
+try:  # several times faster than json on corpus lines; json stays the reference for every error message
+    import orjson
+
+    _fast_loads: Callable[[bytes], Any] | None = orjson.loads
+except ImportError:  # pragma: no cover - orjson is a dependency; json alone gives the same passages
+    _fast_loads = None
+
 from quco.errors import CorpusFormatError, InputError
-from quco.paths import cache_dir
+from quco.paths import cache_dir, data_dir
 from quco.retrieval.base import Passage
 
 log = logging.getLogger(__name__)
@@ -149,7 +156,7 @@ def _detect_format(path: Path) -> tuple[CorpusFormat, bool]:
 
 def check_on_error(on_error: str) -> None:
     if on_error not in ("stop", "skip"):
-        raise InputError(f"on_error must be 'stop' or 'skip', not {on_error!r}")
+        raise InputError(f"on_error (--on-error) must be 'stop' or 'skip', not {on_error!r}")
 
 
 # Fingerprints of large files take seconds to hash; remember them per (path, size, mtime) across runs.
@@ -180,6 +187,37 @@ def _write_fp_cache(key: str, value: str) -> None:
         log.debug("could not write fingerprint cache %s: %s", target, exc)
 
 
+def _cached_digest(path: Path, kind: str, prefix: bytes) -> str:
+    """sha256 of ``prefix`` + the file's bytes, remembered per (path, size, mtime, kind) in memory and on disk."""
+    st = path.stat()
+    memo_key = (str(path), st.st_size, st.st_mtime_ns, kind)
+    if memo_key in _FP_MEMO:
+        return _FP_MEMO[memo_key]
+    disk_key = "|".join(str(x) for x in memo_key)
+    cached = _read_fp_cache().get(disk_key)
+    if cached is None:
+        digest = hashlib.sha256(prefix)
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        cached = digest.hexdigest()
+        _write_fp_cache(disk_key, cached)
+    _FP_MEMO[memo_key] = cached
+    return cached
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The plain sha256 of a file (as data sources list it); cached like corpus fingerprints."""
+    return _cached_digest(Path(path).resolve(), "sha256", b"")
+
+
+# Named corpora of the realistic world (docs/world.md): the Wikipedia articles, the articles plus a dataset's
+# paragraph pool, and the 100-word-passage haystack built from them.
+WIKI_ARTICLES = "wiki-articles"
+ARTICLES_PLUS_POOL = "wiki-articles+pool:"
+HAYSTACK = "haystack:"
+
+
 @dataclass(frozen=True)
 class CorpusSource:
     """A corpus file and how to read it; build one with :meth:`resolve`."""
@@ -188,10 +226,13 @@ class CorpusSource:
     path: Path
     format: CorpusFormat
     gzipped: bool = False
+    # Where indexes built from this corpus go by default (None: the cache); set for the world's corpora.
+    index_home: Path | None = None
 
     @classmethod
     def resolve(cls, spec: str | os.PathLike[str] | CorpusSource) -> CorpusSource:
-        """``"wiki-summaries"`` or a path to a .jsonl / .json / .tsv file (each optionally gzipped)."""
+        """``"wiki-summaries"``, ``"haystack:DATASET"`` (or ``haystack:DIR``), or a path to a .jsonl / .json /
+        .tsv file (each optionally gzipped). Corpora of several files resolve with :func:`resolve_corpus`."""
         if isinstance(spec, CorpusSource):
             return spec
         text = str(spec).strip()
@@ -199,7 +240,21 @@ class CorpusSource:
             raise CorpusFormatError(f"no corpus given: use '{WIKI_SUMMARIES}' or a path to a corpus file")
         if text == WIKI_SUMMARIES:
             return cls(WIKI_SUMMARIES, _locate_wiki_summaries(), "wiki-summaries")
+        if text.startswith(HAYSTACK):
+            from quco.world.haystack import resolve_haystack
+
+            passages, home = resolve_haystack(text[len(HAYSTACK) :])
+            return cls(text, passages, "tsv", False, home)
+        if text == WIKI_ARTICLES or text.startswith(ARTICLES_PLUS_POOL):
+            raise CorpusFormatError(
+                f"corpus {text!r} is several files; this use needs one file (try 'haystack:...' for retrieval)"
+            )
         path = Path(text).expanduser()
+        if path.is_dir() and (path / "manifest.json").is_file():
+            from quco.world.haystack import resolve_haystack
+
+            passages, home = resolve_haystack(str(path))
+            return cls(text, passages, "tsv", False, home)
         if not path.is_file():
             raise CorpusFormatError(
                 f"corpus file not found: {path} (give '{WIKI_SUMMARIES}' or a .jsonl/.json/.tsv file)"
@@ -207,23 +262,14 @@ class CorpusSource:
         fmt, gz = _detect_format(path)
         return cls(text, path.resolve(), fmt, gz)
 
+    @property
+    def paths(self) -> list[Path]:
+        return [self.path]
+
     def fingerprint(self) -> str:
         """sha256 over the format and the file bytes; cached by path, size and mtime."""
-        st = self.path.stat()
-        memo_key = (str(self.path), st.st_size, st.st_mtime_ns, self.format)
-        if memo_key in _FP_MEMO:
-            return _FP_MEMO[memo_key]
-        disk_key = "|".join(str(x) for x in memo_key)
-        cached = _read_fp_cache().get(disk_key)
-        if cached is None:
-            digest = hashlib.sha256(f"quco-corpus:{self.format}:{int(self.gzipped)}\n".encode())
-            with self.path.open("rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
-            cached = digest.hexdigest()
-            _write_fp_cache(disk_key, cached)
-        _FP_MEMO[memo_key] = cached
-        return cached
+        prefix = f"quco-corpus:{self.format}:{int(self.gzipped)}\n".encode()
+        return _cached_digest(self.path, self.format, prefix)
 
     def docs(self, on_error: OnError = "stop") -> Iterator[tuple[str, str]]:
         """``(doc_id, "title\\ntext")`` pairs: the documents other index builders (Infini-gram) consume."""
@@ -255,7 +301,8 @@ class CorpusSource:
         def bad(number: int, reason: str) -> None:
             if on_error == "stop":
                 raise CorpusFormatError(
-                    f"corpus {self.path} {unit} {number}: {reason} (fix it or index with on_error='skip')"
+                    f"corpus {self.path} {unit} {number}: {reason} (fix it, or skip bad lines: "
+                    "--on-error skip on the command line, on_error='skip' from Python)"
                 )
             report.add_skip(number, reason)
             if report.skipped <= _MAX_LOGGED_SKIPS:
@@ -300,39 +347,66 @@ class CorpusSource:
             return gzip.GzipFile(fileobj=raw, mode="rb"), raw
         return raw, raw
 
-    def _lines(
-        self, report: CorpusReport, bad: Callable[[int, str], None], progress: Callable[[int], None] | None
-    ) -> Iterator[tuple[int, str]]:
-        """(line number, decoded line) for each non-blank line; undecodable lines go to ``bad``."""
+    def _raw_lines(
+        self, report: CorpusReport, progress: Callable[[int], None] | None
+    ) -> Iterator[tuple[int, bytes]]:
+        """(line number, raw bytes) of every line."""
         stream, raw = self._open_binary()
         with raw, stream:
             for lineno, data in enumerate(stream, start=1):
                 report.lines_read = lineno
-                if progress is not None and lineno % 1024 == 0:
+                if progress is not None and not lineno & 1023:
                     progress(raw.tell())
-                try:
-                    line = data.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    bad(lineno, f"not valid UTF-8 (byte {exc.start}: {data[exc.start : exc.start + 1]!r})")
-                    continue
-                if lineno == 1:
-                    line = line.removeprefix("\ufeff")
-                if not line.strip():
-                    report.ignored_lines += 1
-                    continue
-                yield lineno, line.rstrip("\r\n")
+                yield lineno, data
             if progress is not None:
                 progress(raw.tell())
+
+    @staticmethod
+    def _decode(
+        lineno: int, data: bytes, report: CorpusReport, bad: Callable[[int, str], None]
+    ) -> str | None:
+        """The line as text, or None when it is blank (ignored) or not UTF-8 (reported to ``bad``)."""
+        try:
+            line = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad(lineno, f"not valid UTF-8 (byte {exc.start}: {data[exc.start : exc.start + 1]!r})")
+            return None
+        if lineno == 1:
+            line = line.removeprefix("\ufeff")
+        if not line.strip():
+            report.ignored_lines += 1
+            return None
+        return line.rstrip("\r\n")
+
+    def _lines(
+        self, report: CorpusReport, bad: Callable[[int, str], None], progress: Callable[[int], None] | None
+    ) -> Iterator[tuple[int, str]]:
+        """(line number, decoded line) for each non-blank line; undecodable lines go to ``bad``."""
+        for lineno, data in self._raw_lines(report, progress):
+            line = self._decode(lineno, data, report, bad)
+            if line is not None:
+                yield lineno, line
 
     def _iter_jsonl(
         self, report: CorpusReport, bad: Callable[[int, str], None], progress: Callable[[int], None] | None
     ) -> Iterator[Passage]:
-        for lineno, line in self._lines(report, bad, progress):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                bad(lineno, f"invalid JSON ({exc.msg} at column {exc.colno})")
-                continue
+        fast = _fast_loads
+        for lineno, data in self._raw_lines(report, progress):
+            record: Any = None
+            if fast is not None:
+                try:  # strict RFC 8259: whatever it accepts, json.loads reads the same way
+                    record = fast(data)
+                except ValueError:
+                    record = None
+            if record is None:  # blank, a BOM, invalid UTF-8 or JSON, or a literal null: the reference path
+                line = self._decode(lineno, data, report, bad)
+                if line is None:
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    bad(lineno, f"invalid JSON ({exc.msg} at column {exc.colno})")
+                    continue
             try:
                 yield _record_to_passage(record, str(lineno))
             except _BadRecord as exc:
@@ -343,11 +417,14 @@ class CorpusSource:
     ) -> Iterator[Passage]:
         columns: dict[str, int] | None = None
         for lineno, line in self._lines(report, bad, progress):
-            try:
-                fields = next(csv.reader([line], delimiter="\t"))
-            except csv.Error as exc:
-                bad(lineno, f"unreadable TSV row ({exc})")
-                continue
+            if '"' in line:  # csv-style quoting (DPR quotes texts that contain quotes)
+                try:
+                    fields = next(csv.reader([line], delimiter="\t"))
+                except csv.Error as exc:
+                    bad(lineno, f"unreadable TSV row ({exc})")
+                    continue
+            else:  # without a quote character the csv module would split at tabs, only slower
+                fields = line.split("\t")
             if columns is None:
                 names = [f.strip().lower() for f in fields]
                 if "text" not in names:
@@ -419,18 +496,122 @@ def document_text(passage: Passage) -> str:
 
 
 @dataclass(frozen=True)
+class CorpusSet:
+    """Several corpus files read one after another as one corpus (e.g. Wikipedia articles plus a pool).
+
+    It reads like a :class:`CorpusSource`: passages in file order, one report over all files (a skipped
+    line's reason names its file), and a fingerprint over the files' fingerprints in order.
+    """
+
+    name: str
+    parts: tuple[CorpusSource, ...]
+    index_home: Path | None = None
+    format: str = "set"
+    expected_docs: int | None = None  # when known in advance (sizes progress bars)
+
+    @property
+    def paths(self) -> list[Path]:
+        return [p.path for p in self.parts]
+
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256(b"quco-corpus-set:1\n")
+        for part in self.parts:
+            digest.update(f"{part.fingerprint()}\n".encode())
+        return digest.hexdigest()
+
+    def size_bytes(self) -> int:
+        return sum(p.size_bytes() for p in self.parts)
+
+    def docs(self, on_error: OnError = "stop") -> Iterator[tuple[str, str]]:
+        for passage in self.iter_passages(on_error=on_error):
+            yield passage.id, document_text(passage)
+
+    def iter_passages(
+        self,
+        on_error: OnError = "stop",
+        report: CorpusReport | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> Iterator[Passage]:
+        """Every passage of every file, in order; ``progress`` receives bytes consumed over all files."""
+        check_on_error(on_error)
+        report = report if report is not None else CorpusReport()
+        report.source = self.name
+        done = 0
+        for part in self.parts:
+            sub = CorpusReport()
+            base = done
+            step = None if progress is None else (lambda pos, base=base: progress(base + pos))
+            try:
+                yield from part.iter_passages(on_error=on_error, report=sub, progress=step)
+            finally:
+                report.lines_read += sub.lines_read
+                report.ignored_lines += sub.ignored_lines
+                report.passages += sub.passages
+                report.duplicate_ids += sub.duplicate_ids
+                for skip in sub.skipped_lines:
+                    report.add_skip(skip.line, f"{part.path.name}: {skip.reason}")
+                report.skipped += sub.skipped - len(sub.skipped_lines)
+            done += part.size_bytes()
+
+
+Corpus = CorpusSource | CorpusSet
+CorpusSpec = str | os.PathLike[str] | CorpusSource | CorpusSet | Sequence[str | os.PathLike[str]]
+
+
+def resolve_corpus(spec: CorpusSpec) -> Corpus:
+    """A corpus name, path, or list of them -> the corpus to read.
+
+    Besides :meth:`CorpusSource.resolve`'s names: ``"wiki-articles"`` (the 30,539 Wikipedia articles),
+    ``"wiki-articles+pool:DATASET"`` (those plus the dataset's paragraph pool), and a list of specs (read in
+    order as one corpus).
+    """
+    if isinstance(spec, CorpusSource | CorpusSet):
+        return spec
+    if not isinstance(spec, str | os.PathLike):
+        items = list(spec)
+        if len(items) == 1:  # one name in a list (e.g. a repeatable CLI option): that corpus as it is
+            return resolve_corpus(items[0])
+        parts: list[CorpusSource] = []
+        for item in items:
+            got = resolve_corpus(item)
+            parts.extend(got.parts if isinstance(got, CorpusSet) else [got])
+        if not parts:
+            raise CorpusFormatError(f"no corpus given: use '{WIKI_SUMMARIES}' or a path to a corpus file")
+        if len(parts) == 1:
+            return parts[0]
+        return CorpusSet(" + ".join(p.name for p in parts), tuple(parts))
+    text = str(spec).strip()
+    if text == WIKI_ARTICLES or text.startswith(ARTICLES_PLUS_POOL):
+        from quco.world.sources import ARTICLE_COUNT, article_paths, pool_for, world_dir
+
+        files = [str(p) for p in article_paths()]
+        home, expected = world_dir() / "articles", ARTICLE_COUNT
+        if text != WIKI_ARTICLES:
+            pool = pool_for(text[len(ARTICLES_PLUS_POOL) :])
+            files.append(str(data_dir() / pool.file))
+            home, expected = world_dir() / pool.dataset, expected + pool.records
+        parts = [CorpusSource.resolve(f) for f in files]
+        return CorpusSet(text, tuple(parts), home, expected_docs=expected)
+    return CorpusSource.resolve(spec)
+
+
+@dataclass(frozen=True)
 class CorpusDocs:
     """A re-iterable corpus of ``(doc_id, "title\\ntext")`` pairs plus the fingerprint that names it.
 
     Call it (or iterate it) for a fresh pass; pass a :class:`CorpusReport` to learn what was skipped.
     """
 
-    source: CorpusSource
+    source: Corpus
     on_error: OnError = "stop"
 
     @property
     def fingerprint(self) -> str:
         return self.source.fingerprint()
+
+    @property
+    def expected_docs(self) -> int | None:
+        return getattr(self.source, "expected_docs", None)
 
     def __call__(self, report: CorpusReport | None = None) -> Iterator[tuple[str, str]]:
         for passage in self.source.iter_passages(on_error=self.on_error, report=report):
@@ -440,20 +621,18 @@ class CorpusDocs:
         return self()
 
 
-def corpus_source(spec: str | os.PathLike[str] | CorpusSource) -> CorpusSource:
-    """Resolve a corpus name or path (same as :meth:`CorpusSource.resolve`)."""
-    return CorpusSource.resolve(spec)
+def corpus_source(spec: CorpusSpec) -> Corpus:
+    """Resolve a corpus name, path or list of them (see :func:`resolve_corpus`)."""
+    return resolve_corpus(spec)
 
 
-def corpus_docs(
-    corpus: str | os.PathLike[str] | CorpusSource | Any, on_error: OnError = "stop"
-) -> CorpusDocs:
+def corpus_docs(corpus: CorpusSpec | Any, on_error: OnError = "stop") -> CorpusDocs:
     """Documents of a corpus for index builders other than BM25 (e.g. Infini-gram).
 
-    ``corpus`` is a corpus name/path, a :class:`CorpusSource`, or a config section with a ``corpus`` field
-    (``RetrieverConfig`` or ``CorpusStatsConfig``).
+    ``corpus`` is a corpus name/path (or a list of them), a :class:`CorpusSource` or :class:`CorpusSet`, or a
+    config section with a ``corpus`` field (``RetrieverConfig`` or ``CorpusStatsConfig``).
     """
     spec = getattr(corpus, "corpus", corpus)
     if spec is None:
         raise CorpusFormatError("no corpus configured: set corpus to 'wiki-summaries' or a corpus file path")
-    return CorpusDocs(CorpusSource.resolve(spec), on_error)
+    return CorpusDocs(resolve_corpus(spec), on_error)

@@ -19,8 +19,10 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from quco.errors import ConfigError, InputError, QucoError
+from quco.inputs import text_problem
 from quco.serve.service import AnswerService, AnswerTimeout, Overloaded, ServeSettings
 from quco.serve.viewer import viewer_html
 
@@ -280,6 +282,17 @@ def create_app(settings: ServeSettings | None = None, service: AnswerService | N
     async def _on_failure(_: Request, exc: HTTPFailure) -> JSONResponse:
         return _error(exc.status, exc.message, exc.code, exc.headers)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # FastAPI's own errors (unknown route, unreadable body) in the same shape as ours
+        message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
+        if exc.status_code == 400 and "parsing the body" in message:
+            message = "the request body is not valid JSON in UTF-8"
+        code = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status_code, "error"
+        )
+        return _error(exc.status_code, message, code, getattr(exc, "headers", None))
+
     @app.exception_handler(RequestValidationError)
     async def _on_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         err = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
@@ -289,6 +302,9 @@ def create_app(settings: ServeSettings | None = None, service: AnswerService | N
     def _check_question(question: str) -> str:
         if not question or not question.strip():
             raise HTTPFailure(400, "the question is empty", "invalid_request")
+        problem = text_problem(question)
+        if problem is not None:
+            raise HTTPFailure(400, f"the question is not valid text: {problem}", "invalid_text")
         if len(question) > settings.max_question_chars:
             raise HTTPFailure(
                 400,
