@@ -251,9 +251,8 @@ def _index_bm25(corpus: str | list[str], out_dir: Path | None, on_error: str) ->
 
 def _index_stats(corpus: str | list[str], out_dir: Path | None, tokenizer: str, on_error: str) -> None:
     from quco.corpus_stats import Manifest, build_local_index, default_index_dir
-    from quco.corpus_stats.build import clean_stale_builds
-    from quco.locks import build_lock
     from quco.retrieval import CorpusReport, corpus_docs
+    from quco.storage import clean_stale_builds, locked
 
     docs = corpus_docs(corpus, on_error=on_error)  # type: ignore[arg-type]
     target = (
@@ -261,7 +260,7 @@ def _index_stats(corpus: str | list[str], out_dir: Path | None, tokenizer: str, 
         .expanduser()
         .resolve()
     )
-    with build_lock(target):
+    with locked(target):
         if target.exists():
             manifest = Manifest.read(target)
             if manifest.corpus_fingerprint == docs.fingerprint:

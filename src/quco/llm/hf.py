@@ -14,8 +14,6 @@ import inspect
 import json
 import logging
 import os
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -28,6 +26,7 @@ from quco.errors import ConfigError, QucoError
 from quco.llm.base import Analysis, Capability, Generation, StopWhen, prompt_budget
 from quco.llm.models import named_gguf
 from quco.paths import cache_dir
+from quco.storage import clean_stale_builds, locked, staged, write_json
 
 # OpenMP threads that spin while they wait for each other make generation 10-15x slower whenever the cores
 # are shared with other busy processes (measured: 32 tokens in 128 s instead of 9 s with 2 threads); sleeping
@@ -36,7 +35,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 try:
     import torch
-    from filelock import FileLock, Timeout
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 except ImportError as exc:  # pragma: no cover - depends on the install
@@ -141,9 +139,7 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, fast: bool | None = None) -> d
         gguf_path.name,
         "by quco" if fast else "by transformers, slow",
     )
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is an ordinary directory
-    try:
+    with staged(out_dir) as tmp:  # an incomplete or stale conversion is replaced
         if fast:
             times = gguf_convert.convert(gguf_path, tmp).as_dict()
             converter = "quco.llm.gguf_convert"
@@ -159,13 +155,7 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, fast: bool | None = None) -> d
             "converter": converter,
             "seconds": times,
         }
-        (tmp / _MARKER).write_text(json.dumps(marker, indent=2), encoding="utf-8")
-        if out_dir.exists():  # an incomplete or stale conversion: replace it
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_json(tmp / _MARKER, marker, indent=2)
     logger.info("Converted model cached in %s (%.1f s)", out_dir, time.perf_counter() - start)
     return marker
 
@@ -247,24 +237,10 @@ def _ensure_converted(out_dir: Path, gguf_source: Any) -> bool:
     """
     if _conversion_complete(out_dir):
         return False
-    lock_path = out_dir.with_name(out_dir.name + ".lock")
-    lock = FileLock(str(lock_path))
-    try:
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            logger.info("Another process is converting the model; waiting for it (lock %s)", lock_path)
-            lock.acquire(timeout=_LOCK_TIMEOUT_S)
-    except Timeout as exc:
-        raise ModelLoadError(
-            f"timed out waiting for the model conversion lock {lock_path}; if no other quco process is "
-            "converting, delete that file"
-        ) from exc
-    try:
+    with locked(out_dir, timeout=_LOCK_TIMEOUT_S, error=ModelLoadError):
         if _conversion_complete(out_dir):  # another process converted while we waited
             return False
-        for stale in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):  # left by a crashed conversion
-            shutil.rmtree(stale, ignore_errors=True)
+        clean_stale_builds(out_dir, ".{name}.tmp-*")  # left by crashed conversions (also of older versions)
         gguf_path = gguf_source()
         try:
             _convert_gguf(gguf_path, out_dir)
@@ -274,8 +250,6 @@ def _ensure_converted(out_dir: Path, gguf_source: Any) -> bool:
                 f"converting {gguf_path} failed: {first}; delete that file so it is rebuilt, then retry"
             ) from exc
         return True
-    finally:
-        lock.release()
 
 
 def resolve_model_dir(config: GeneratorConfig) -> tuple[str, str | None, str]:

@@ -19,14 +19,11 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
-import json
 import logging
 import os
 import re
-import shutil
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from filelock import FileLock
 from tqdm import tqdm
 
 from quco.errors import QucoError
@@ -49,12 +45,12 @@ from quco.retrieval.corpus import (
     document_text,
 )
 from quco.retrieval.store import PassageStore, PassageStoreWriter
+from quco.storage import MANIFEST_NAME, ArtefactFormat, clean_stale_builds, locked, staged, write_json
 
 log = logging.getLogger(__name__)
 
 INDEX_FORMAT = "quco-dense"
 INDEX_VERSION = 1  # bump when the on-disk layout or the passage text that is embedded changes
-MANIFEST_NAME = "manifest.json"
 EMBEDDINGS_NAME = "embeddings.npy"
 
 DEFAULT_DENSE_MODEL = "all-MiniLM-L6-v2"
@@ -168,19 +164,14 @@ class Embedder:
 # -- the retriever ---------------------------------------------------------------------------------------------
 
 
-def _read_manifest(index_dir: Path) -> dict[str, Any] | None:
-    path = index_dir / MANIFEST_NAME
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DenseIndexError(
-            f"dense index {index_dir}: unreadable {MANIFEST_NAME} ({exc}); delete it and rebuild"
-        ) from exc
-    if not isinstance(data, dict) or data.get("format") != INDEX_FORMAT:
-        raise DenseIndexError(f"{index_dir}: {MANIFEST_NAME} is not a quco dense-index manifest")
-    return data
+FORMAT = ArtefactFormat(
+    format=INDEX_FORMAT,
+    version=INDEX_VERSION,
+    label="dense index",
+    kind="dense-index",
+    build_hint="`quco index dense`",
+    error=DenseIndexError,
+)
 
 
 class DenseRetriever:
@@ -331,18 +322,7 @@ class DenseRetriever:
 
 def _check_index(index_dir: Path) -> dict[str, Any]:
     """The manifest of a complete, consistent index (shape, dtype and counts agree), else DenseIndexError."""
-    if not index_dir.is_dir():
-        raise DenseIndexError(f"no dense index at {index_dir}; build it with `quco index dense`")
-    manifest = _read_manifest(index_dir)
-    if manifest is None:
-        raise DenseIndexError(
-            f"dense index {index_dir} has no {MANIFEST_NAME}, so it may be partial; delete it and rebuild"
-        )
-    if manifest.get("version") != INDEX_VERSION:
-        raise DenseIndexError(
-            f"dense index {index_dir} has format version {manifest.get('version')}, this quco reads "
-            f"{INDEX_VERSION}; delete it and rebuild"
-        )
+    manifest = FORMAT.open_manifest(index_dir)
     try:
         emb = np.load(index_dir / EMBEDDINGS_NAME, mmap_mode="r")
         store = PassageStore(index_dir)
@@ -404,10 +384,7 @@ def build_dense_index(
     source = CorpusSource.resolve(source)
     embedder = model if isinstance(model, Embedder) else Embedder(model, batch_size=batch_size)
     out = Path(out_dir).expanduser()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+    with staged(out) as tmp:
         t0 = time.perf_counter()
         fingerprint = source.fingerprint()
         report = CorpusReport()
@@ -472,12 +449,8 @@ def build_dense_index(
             "build_seconds": round(time.perf_counter() - t0, 3),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        write_json(tmp / MANIFEST_NAME, manifest)
         _check_index(tmp)  # what is on disk must pass the checks a later load applies
-        _swap_into_place(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log.info(
         "embedded %d passages of %s into %s in %.1f s (%d lines skipped)",
         n,
@@ -489,42 +462,21 @@ def build_dense_index(
     return DenseRetriever.load(out, embedder=embedder)
 
 
-def _swap_into_place(tmp: Path, index_dir: Path) -> None:
-    """Rename the finished build over ``index_dir``; an old index is moved aside first, then removed."""
-    old: Path | None = None
-    if index_dir.exists():
-        old = index_dir.parent / f".{index_dir.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(index_dir, old)
-    os.replace(tmp, index_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def _reusable(index_dir: Path, fingerprint: str, identity: str, passage_prefix: str, explicit: bool) -> bool:
     """True if ``index_dir`` holds a complete index of this corpus embedded by this model.
 
     A directory we cannot vouch for is rebuilt when it is our cache, and refused when the user named it.
     """
-    if not index_dir.exists():
-        return False
-    try:
-        manifest = _read_manifest(index_dir)
-    except DenseIndexError:
-        if explicit:
-            raise
-        return False
+    manifest = FORMAT.reusable_manifest(
+        index_dir,
+        explicit=explicit,
+        same_source=lambda m: m.get("fingerprint") == fingerprint and m.get("model_identity") == identity,
+        other_source=lambda m: (
+            f"dense index {index_dir} was built from {m.get('corpus')} with {m.get('model_identity')}; "
+            "choose another index directory or delete it"
+        ),
+    )
     if manifest is None:
-        if explicit and any(index_dir.iterdir()):
-            raise DenseIndexError(
-                f"{index_dir} is not empty and holds no quco index manifest; choose another directory"
-            )
-        return False
-    if manifest.get("fingerprint") != fingerprint or manifest.get("model_identity") != identity:
-        if explicit:
-            raise DenseIndexError(
-                f"dense index {index_dir} was built from {manifest.get('corpus')} with {manifest.get('model_identity')}; "
-                "choose another index directory or delete it"
-            )
         return False
     try:
         _check_index(index_dir)
@@ -558,7 +510,7 @@ def ensure_dense_index(
         else default_dense_index_dir(fingerprint, embedder)
     )
     target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target.parent / f".{target.name}.lock")):
+    with locked(target):
         if not force and _reusable(target, fingerprint, embedder.identity, passage_prefix, explicit):
             retriever = DenseRetriever.load(target, embedder=embedder, query_prefix=query_prefix or None)
             if retriever.manifest.get("skipped"):
@@ -568,10 +520,7 @@ def ensure_dense_index(
                     retriever.manifest["skipped"],
                 )
             return retriever, True
-        for stale in list(target.parent.glob(f".{target.name}.building-*")) + list(
-            target.parent.glob(f".{target.name}.old-*")
-        ):
-            shutil.rmtree(stale, ignore_errors=True)
+        clean_stale_builds(target)
         retriever = build_dense_index(
             source,
             target,
