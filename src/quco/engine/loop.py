@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 
 from quco.answer import (
     AnswerProtocol,
@@ -27,7 +26,7 @@ from quco.answer import (
 from quco.engine.context import RunContext
 from quco.engine.method import Check, Decision, Draft, Method, Reading, Selection
 from quco.errors import QucoError
-from quco.llm.base import Generation, Prompt
+from quco.llm.base import Prompt, cut_generation
 from quco.prompts import build_prompt
 from quco.retrieval.base import Passage
 from quco.trace import RetrievedRef, Step, Trace
@@ -42,28 +41,6 @@ def join_text(prefix: str, addition: str) -> str:
     if not addition:
         return prefix
     return f"{prefix} {addition}".strip() if prefix else addition
-
-
-def cut_generation(gen: Generation, keep_chars: int) -> Generation:
-    """The generation restricted to its first ``keep_chars`` characters (tokens that start later dropped)."""
-    if keep_chars >= len(gen.text):
-        return gen
-    n, pos = 0, 0
-    for tok in gen.tokens:
-        if pos >= keep_chars:
-            break
-        pos += len(tok)
-        n += 1
-    return replace(
-        gen,
-        text=gen.text[:keep_chars],
-        tokens=gen.tokens[:n],
-        token_ids=gen.token_ids[:n],
-        logprobs=gen.logprobs[:n] if gen.logprobs is not None else None,
-        entropies=gen.entropies[:n] if gen.entropies is not None else None,
-        top_logprobs=gen.top_logprobs[:n] if gen.top_logprobs is not None else None,
-        finish_reason="stop",
-    )
 
 
 def _first_sentence_chars(raw: str, sentences: list[str]) -> int:
@@ -207,7 +184,7 @@ class _Loop:
         raw = gen.text
         sentences = self.split(raw)
         if shape.unit == "sentence" and len(sentences) > 1:
-            gen = cut_generation(gen, _first_sentence_chars(raw, sentences))
+            gen = cut_generation(gen, _first_sentence_chars(raw, sentences), shorten=False)
             sentences = sentences[:1]
         sentences = self.method.clean(sentences)
         ended = gen.finish_reason in ("eos", "stop") and len(gen.text) == len(raw)

@@ -23,7 +23,7 @@ from typing import Any
 
 from quco.config import GeneratorConfig
 from quco.errors import ConfigError, QucoError
-from quco.llm.base import Analysis, Capability, Generation, StopWhen, prompt_budget
+from quco.llm.base import Analysis, Capability, Generation, GeneratorBase, Request, StopWhen, prompt_budget
 from quco.llm.models import named_gguf
 from quco.paths import cache_dir
 from quco.storage import clean_stale_builds, locked, staged, write_json
@@ -358,29 +358,11 @@ class _Row:
     finish: str | None = None
 
 
-def _cut_at_stop(pieces: list[str], text: str, stop: Sequence[str]) -> tuple[int, str, list[str], bool]:
-    """Cut at the earliest stop string: (tokens kept, text, pieces, was cut).
-
-    A token that straddles the cut is kept with its piece shortened; tokens wholly after the cut are dropped.
-    """
-    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
-    if cut < 0:
-        return len(pieces), text, pieces, False
-    kept: list[str] = []
-    start = 0
-    for piece in pieces:
-        if start >= cut:
-            break
-        kept.append(piece[: cut - start])
-        start += len(piece)
-    return len(kept), text[:cut], kept, True
-
-
 # --------------------------------------------------------------------------------------------------------------
 # The generator.
 
 
-class HFGenerator:
+class HFGenerator(GeneratorBase):
     """A transformers causal LM on CPU (or any torch device), with all the per-token signals methods need."""
 
     name = "hf"
@@ -471,42 +453,22 @@ class HFGenerator:
 
     # ----------------------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def generate(
-        self,
-        prompt: str,
-        *,
-        max_new_tokens: int,
-        stop: Sequence[str] = (),
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        n: int = 1,
-        seed: int | None = None,
-        logprobs: bool = False,
-        entropy: bool = False,
-        stop_when: StopWhen | None = None,
-    ) -> list[Generation]:
+    def _decode(self, request: Request) -> list[Generation]:
         """Greedy (temperature 0) or sampled continuations of a raw text prompt (no chat template).
 
         Logprobs and entropies come from the raw next-token distribution (temperature 1, no top-k/top-p), so
         they measure the model's confidence, not the sampler's.
         """
-        budget = prompt_budget(self.max_context_tokens, max_new_tokens, n, temperature, top_p, top_k)
-        ids, truncated = self._encode(prompt, budget)
+        r = request
+        ids, truncated = self._encode(r.prompt, prompt_budget(self.max_context_tokens, r.max_new_tokens))
         if truncated:
             logger.warning("Prompt left-truncated to its last %d tokens", len(ids))
-        greedy = temperature == 0
-        rows_n = 1 if greedy else n
-        stops = [s for s in stop if s]
-
         with self._lock:
             rows = self._decode_loop(
-                ids, rows_n, max_new_tokens, stops, greedy, temperature, top_p, top_k, seed, stop_when
-            )
-        gens = [self._finish(row, stops, len(ids), truncated, logprobs, entropy) for row in rows]
-        if greedy and n > 1:  # identical by definition; copies keep the caller's indexing simple
-            gens = [gens[0]] + [_copy_generation(gens[0]) for _ in range(n - 1)]
-        return gens
+                ids, r.samples, r.max_new_tokens, r.stops, r.greedy, r.temperature, r.top_p, r.top_k, r.seed,
+                r.stop_when,
+            )  # fmt: skip
+        return [self._generation(row, len(ids), truncated, r.logprobs, r.entropy) for row in rows]
 
     def _decode_loop(
         self,
@@ -560,21 +522,17 @@ class HFGenerator:
                 row.finish = "length"
         return rows
 
-    def _finish(
-        self, row: _Row, stops: list[str], prompt_tokens: int, truncated: bool, logprobs: bool, entropy: bool
+    def _generation(
+        self, row: _Row, prompt_tokens: int, truncated: bool, logprobs: bool, entropy: bool
     ) -> Generation:
         pieces, text = _pieces(self.tokenizer, row.ids)
-        finish = row.finish or "length"
-        kept, text, pieces, cut = _cut_at_stop(pieces, text, stops)
-        if cut:
-            finish = "stop"
         return Generation(
             text=text,
-            token_ids=row.ids[:kept],
+            token_ids=row.ids,
             tokens=pieces,
-            logprobs=row.logprobs[:kept] if logprobs else None,
-            entropies=row.entropies[:kept] if entropy else None,
-            finish_reason=finish,
+            logprobs=row.logprobs if logprobs else None,
+            entropies=row.entropies if entropy else None,
+            finish_reason=row.finish or "length",
             prompt_tokens=prompt_tokens,
             prompt_truncated=truncated,
         )
@@ -721,20 +679,6 @@ def _sample(
     keep = (top.cumsum(dim=-1) - top) < top_p
     pick = torch.multinomial(top * keep, 1, generator=rng)
     return order.gather(1, pick)[:, 0]
-
-
-def _copy_generation(g: Generation) -> Generation:
-    return Generation(
-        text=g.text,
-        token_ids=list(g.token_ids),
-        tokens=list(g.tokens),
-        logprobs=None if g.logprobs is None else list(g.logprobs),
-        entropies=None if g.entropies is None else list(g.entropies),
-        top_logprobs=None,
-        finish_reason=g.finish_reason,
-        prompt_tokens=g.prompt_tokens,
-        prompt_truncated=g.prompt_truncated,
-    )
 
 
 __all__ = ["DEFAULT_MODEL", "HFGenerator", "ModelLoadError", "resolve_model_dir"]

@@ -24,7 +24,15 @@ import numpy as np
 
 from quco.config import GeneratorConfig
 from quco.errors import CapabilityError, ConfigError, QucoError
-from quco.llm.base import Analysis, Capability, Generation, StopWhen, prompt_budget, shared_chars
+from quco.llm.base import (
+    Analysis,
+    Capability,
+    Generation,
+    GeneratorBase,
+    Request,
+    prompt_budget,
+    shared_chars,
+)
 from quco.llm.batching import batch_ends, common_prefix, reusable
 from quco.llm.models import named_gguf
 from quco.paths import cache_dir
@@ -144,11 +152,12 @@ class _Sample:
     evaluated: int | None = 0  # prompt tokens run through the model for this sample (None: not known)
 
 
-class LlamaCppGenerator:
+class LlamaCppGenerator(GeneratorBase):
     """A GGUF model in this process through llama-cpp-python: text, logprobs, exact entropy, sampling."""
 
     name = "llamacpp"
     capabilities = frozenset({Capability.TEXT, Capability.LOGPROBS, Capability.ENTROPY, Capability.SAMPLING})
+    _copy_changes = {"prompt_tokens_evaluated": 0}  # a greedy copy costs no prompt evaluation
 
     def __init__(
         self,
@@ -238,65 +247,34 @@ class LlamaCppGenerator:
         head = [ids[0]] if ids and ids[0] == bos else []
         return head + ids[len(ids) - (budget - len(head)) :], True
 
-    def generate(
-        self,
-        prompt: str,
-        *,
-        max_new_tokens: int,
-        stop: Sequence[str] = (),
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        n: int = 1,
-        seed: int | None = None,
-        logprobs: bool = False,
-        entropy: bool = False,
-        stop_when: StopWhen | None = None,
-    ) -> list[Generation]:
+    def _decode(self, request: Request) -> list[Generation]:
         """Greedy (temperature 0) or sampled continuations of a raw text prompt.
 
         Logprobs and entropies come from the raw next-token distribution (before any sampling filter), as in
         the 'hf' backend, so that both measure the model's confidence and not the sampler's.
         """
-        budget = prompt_budget(self.max_context_tokens, max_new_tokens, n, temperature, top_p, top_k)
-        ids, truncated = self._encode(prompt, budget)
+        r = request
+        ids, truncated = self._encode(r.prompt, prompt_budget(self.max_context_tokens, r.max_new_tokens))
         if truncated:
             logger.warning("Prompt left-truncated to its last %d tokens", len(ids))
-        greedy = temperature == 0
-        stops = [s for s in stop if s]
-        want = logprobs or entropy
         samples: list[_Sample] = []
         with self._lock:
-            shared = 0 if truncated else self._shared_tokens(prompt, ids)
-            for k in range(1 if greedy else n):
-                if not greedy:
+            shared = 0 if truncated else self._shared_tokens(r.prompt, ids)
+            for k in range(r.samples):
+                if not r.greedy:
                     self.llama.set_seed(
-                        (seed + k) if seed is not None else int.from_bytes(os.urandom(4), "little")
+                        (r.seed + k) if r.seed is not None else int.from_bytes(os.urandom(4), "little")
                     )
                 # Samples after the first reuse the prompt's cache and re-run only its last token.
-                samples.append(
-                    self._one(
-                        ids,
-                        max_new_tokens,
-                        stops,
-                        temperature,
-                        top_p,
-                        top_k,
-                        want,
-                        logprobs,
-                        stop_when=stop_when,
-                        same_prompt=k > 0,
-                        shared=shared,
-                    )
-                )
-        gens = [
+                samples.append(self._one(ids, r, same_prompt=k > 0, shared=shared))
+        return [
             Generation(
                 text="".join(s.pieces),
                 token_ids=s.ids,
                 tokens=s.pieces,
-                logprobs=s.logprobs if logprobs else None,
-                entropies=s.entropies if entropy else None,
-                top_logprobs=s.top if logprobs else None,
+                logprobs=s.logprobs if r.logprobs else None,
+                entropies=s.entropies if r.entropy else None,
+                top_logprobs=s.top if r.logprobs else None,
                 finish_reason=s.finish,
                 prompt_tokens=len(ids),
                 prompt_truncated=truncated,
@@ -304,25 +282,13 @@ class LlamaCppGenerator:
             )
             for s in samples
         ]
-        if greedy and n > 1:
-            gens += [_copy(gens[0], evaluated=0) for _ in range(n - 1)]
-        return gens
 
-    def _one(
-        self,
-        ids: list[int],
-        max_new_tokens: int,
-        stops: list[str],
-        temperature: float,
-        top_p: float,
-        top_k: int,
-        want_scores: bool,
-        want_top: bool,
-        stop_when: StopWhen | None = None,
-        same_prompt: bool = False,
-        shared: int = 0,
-    ) -> _Sample:
+    def _one(self, ids: list[int], r: Request, same_prompt: bool = False, shared: int = 0) -> _Sample:
+        """One continuation; it ends at EOS, a stop string (cut later, by ``generate``), ``stop_when`` or the
+        token limit."""
         llama_cpp = self._llama_cpp
+        stops, stop_when, max_new_tokens = r.stops, r.stop_when, r.max_new_tokens
+        want_scores, want_top = r.logprobs or r.entropy, r.logprobs
         capture = _Capture() if want_scores else None
         processors = llama_cpp.LogitsProcessorList([capture]) if capture is not None else None
         vocab = self.llama._model.vocab
@@ -346,9 +312,9 @@ class LlamaCppGenerator:
         for token in self.llama.generate(
             feed,
             reset=reset,
-            temp=temperature,
-            top_p=top_p,
-            top_k=top_k,
+            temp=r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
             min_p=0.0,
             typical_p=1.0,
             repeat_penalty=1.0,
@@ -377,12 +343,6 @@ class LlamaCppGenerator:
         tail = decoder.decode(b"", final=True)
         if tail and out.pieces:
             out.pieces[-1] += tail
-            text += tail
-        if stops:
-            cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
-            if cut >= 0:
-                _cut(out, cut)
-                out.finish = "stop"
         return out
 
     def _rerun_last(self, ids: list[int]) -> bool:
@@ -513,35 +473,6 @@ class LlamaCppGenerator:
     def close(self) -> None:
         with self._lock:
             self.llama.close()
-
-
-def _cut(sample: _Sample, length: int) -> None:
-    """Restrict a sample to the first ``length`` characters of its text (a straddling token is shortened)."""
-    pos = 0
-    kept = 0
-    for i, piece in enumerate(sample.pieces):
-        if pos >= length:
-            break
-        sample.pieces[i] = piece[: length - pos]
-        pos += len(piece)
-        kept = i + 1
-    del sample.pieces[kept:], sample.ids[kept:]
-    del sample.logprobs[kept:], sample.entropies[kept:], sample.top[kept:]
-
-
-def _copy(g: Generation, evaluated: int | None) -> Generation:
-    return Generation(
-        text=g.text,
-        token_ids=list(g.token_ids),
-        tokens=list(g.tokens),
-        logprobs=None if g.logprobs is None else list(g.logprobs),
-        entropies=None if g.entropies is None else list(g.entropies),
-        top_logprobs=None if g.top_logprobs is None else [dict(t) for t in g.top_logprobs],
-        finish_reason=g.finish_reason,
-        prompt_tokens=g.prompt_tokens,
-        prompt_truncated=g.prompt_truncated,
-        prompt_tokens_evaluated=evaluated,
-    )
 
 
 # --------------------------------------------------------------------------------------------------------------

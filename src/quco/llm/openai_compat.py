@@ -25,7 +25,7 @@ import httpx
 
 from quco.config import GeneratorConfig
 from quco.errors import CapabilityError, ConfigError, InputError, QucoError
-from quco.llm.base import Analysis, Capability, Generation, StopWhen, validate_request
+from quco.llm.base import Analysis, Capability, Generation, GeneratorBase, Request, cut_pieces, find_stop
 
 logger = logging.getLogger(__name__)
 
@@ -115,24 +115,12 @@ def _pieces_from_bytes(chunks: Sequence[bytes]) -> list[str]:
     )
 
 
-def _cut_pieces(pieces: list[str], length: int) -> list[str]:
-    """Pieces restricted to the first ``length`` characters (a straddling piece is shortened)."""
-    out: list[str] = []
-    pos = 0
-    for piece in pieces:
-        if pos >= length:
-            break
-        out.append(piece[: length - pos])
-        pos += len(piece)
-    return out
-
-
 def _first_line(text: str, limit: int = 200) -> str:
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-class OpenAICompatGenerator:
+class OpenAICompatGenerator(GeneratorBase):
     """``Generator`` over an OpenAI-compatible ``/v1/completions`` (default) or ``/v1/chat/completions`` API.
 
     Thread-safe: many pipelines may share one instance; ``concurrency`` bounds the requests in flight.
@@ -427,63 +415,51 @@ class OpenAICompatGenerator:
             )
         return out
 
-    def generate(
-        self,
-        prompt: str,
-        *,
-        max_new_tokens: int,
-        stop: Sequence[str] = (),
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        n: int = 1,
-        seed: int | None = None,
-        logprobs: bool = False,
-        entropy: bool = False,
-        stop_when: StopWhen | None = None,
-    ) -> list[Generation]:
+    def _decode(self, request: Request) -> list[Generation]:
         """Greedy or sampled continuations of a raw text prompt (sent as one user message in chat mode).
 
-        ``entropy=True`` returns entropies approximated from the top-k logprobs (``ENTROPY_APPROX``).
+        ``entropy=True`` returns entropies approximated from the top-k logprobs (``ENTROPY_APPROX``). A
+        ``stop_when`` predicate cannot run on the server: generation ends at the other limits.
         """
-        del stop_when  # a predicate cannot run on the server: generation ends at the other limits
-        validate_request(max_new_tokens, n, temperature, top_p, top_k)
-        if entropy and self.top_logprobs == 0:
+        r = request
+        if r.entropy and self.top_logprobs == 0:
             raise CapabilityError(
                 "entropy needs top-k logprobs, but generator.top_logprobs is 0; set it to 5 or more"
             )
-        stops = [s for s in stop if s]
         flavour = self.server_flavour
-        fitted, prompt_tokens, truncated = self._fit_prompt(prompt, max_new_tokens)
+        fitted, prompt_tokens, truncated = self._fit_prompt(r.prompt, r.max_new_tokens)
         prompt_tokens += self._special_tokens()
-        greedy = temperature == 0
-        want = 1 if greedy else n
-        sampling = self._sampling_body(temperature, top_p, top_k, seed, flavour)
-        want_scores = logprobs or entropy
+        want = r.samples
+        sampling = self._sampling_body(r.temperature, r.top_p, r.top_k, r.seed, flavour)
+        want_scores = r.logprobs or r.entropy
         choices = self._request(
-            fitted, max_new_tokens=max_new_tokens, stop=stops, n=want, sampling=sampling, logprobs=want_scores
+            fitted,
+            max_new_tokens=r.max_new_tokens,
+            stop=r.stops,
+            n=want,
+            sampling=sampling,
+            logprobs=want_scores,
         )[:want]
         if len(choices) < want:  # servers that ignore n (llama-cpp-python): one request per missing sample
             extra = want - len(choices)
 
             def one(k: int) -> _Choice:
                 body = dict(sampling)
-                if seed is not None:
-                    body["seed"] = seed + len(choices) + k
+                if r.seed is not None:
+                    body["seed"] = r.seed + len(choices) + k
                 return self._request(
                     fitted,
-                    max_new_tokens=max_new_tokens,
-                    stop=stops,
+                    max_new_tokens=r.max_new_tokens,
+                    stop=r.stops,
                     n=1,
                     sampling=body,
                     logprobs=want_scores,
                 )[0]
 
             choices += list(self._executor().map(one, range(extra)))
-        gens = [self._to_generation(c, stops, prompt_tokens, truncated, logprobs, entropy) for c in choices]
-        if greedy and n > 1:
-            gens += [_copy(gens[0]) for _ in range(n - 1)]
-        return gens
+        return [
+            self._to_generation(c, r.stops, prompt_tokens, truncated, r.logprobs, r.entropy) for c in choices
+        ]
 
     async def agenerate(self, prompt: str, **options: Any) -> list[Generation]:
         """``generate`` for asyncio callers; runs in a worker thread so that many questions overlap."""
@@ -499,13 +475,13 @@ class OpenAICompatGenerator:
         self, c: _Choice, stops: list[str], prompt_tokens: int, truncated: bool, logprobs: bool, entropy: bool
     ) -> Generation:
         text, finish = c.text, _FINISH.get(c.finish, "stop")
-        cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+        cut = find_stop(text, stops)
         if cut >= 0:  # a stop string the server was not told about (it takes four at most)
             text, finish = text[:cut], "stop"
         tokens = c.tokens
         if tokens is not None and len("".join(tokens)) >= len(text):
-            n_kept = len(_cut_pieces(tokens, len(text)))
-            tokens = _cut_pieces(tokens, len(text))
+            tokens = cut_pieces(tokens, len(text))
+            n_kept = len(tokens)
         else:
             n_kept = len(tokens) if tokens is not None else 0
         ids = self.tokenize(text) if text else []
@@ -592,20 +568,6 @@ def _read_content_logprobs(out: _Choice, content: list[dict[str, Any]]) -> None:
         out.tokens = [str(e.get("token", "")) for e in content]
     out.logprobs = [float(e.get("logprob", 0.0)) for e in content]
     out.top = [{str(t["token"]): float(t["logprob"]) for t in e.get("top_logprobs") or []} for e in content]
-
-
-def _copy(g: Generation) -> Generation:
-    return Generation(
-        text=g.text,
-        token_ids=list(g.token_ids),
-        tokens=list(g.tokens),
-        logprobs=None if g.logprobs is None else list(g.logprobs),
-        entropies=None if g.entropies is None else list(g.entropies),
-        top_logprobs=None if g.top_logprobs is None else [dict(t) for t in g.top_logprobs],
-        finish_reason=g.finish_reason,
-        prompt_tokens=g.prompt_tokens,
-        prompt_truncated=g.prompt_truncated,
-    )
 
 
 __all__ = ["RETRY_STATUS", "LLMRequestRefused", "LLMServerError", "OpenAICompatGenerator", "approx_entropy"]
