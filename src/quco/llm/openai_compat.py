@@ -12,9 +12,7 @@ import asyncio
 import codecs
 import logging
 import math
-import random
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +24,7 @@ import httpx
 from quco.config import GeneratorConfig
 from quco.errors import CapabilityError, ConfigError, InputError, QucoError
 from quco.llm.base import Analysis, Capability, Generation, GeneratorBase, Request, cut_pieces, find_stop
+from quco.retry import RetryPolicy, send_with_retries
 
 logger = logging.getLogger(__name__)
 
@@ -210,51 +209,45 @@ class OpenAICompatGenerator(GeneratorBase):
     # ----------------------------------------------------------------------------------------------------------
     # HTTP with retries.
 
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(_BACKOFF_MAX_S * 4, max(0.0, retry_after))
-        return min(_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2**attempt) * (0.5 + random.random() / 2)
-
     def _post(self, url: str, body: dict[str, Any], *, retries: int | None = None) -> dict[str, Any]:
         """POST JSON, retrying connection errors, timeouts, 429 and 5xx with exponential backoff."""
-        retries = self.max_retries if retries is None else retries
-        problem = ""
-        for attempt in range(retries + 1):
-            retry_after: float | None = None
-            try:
-                with self._slots:
-                    response = self._client.post(url, json=body)
-            except httpx.TimeoutException:
-                problem = f"no answer within {self.timeout_s:g} s"
-            except httpx.TransportError as exc:
-                problem = f"cannot connect ({type(exc).__name__}: {_first_line(str(exc), 120)})"
-            else:
-                if response.status_code < 400:
-                    try:
-                        return response.json()
-                    except ValueError as exc:
-                        raise LLMServerError(
-                            f"LLM server at {url} answered with invalid JSON: {exc}"
-                        ) from exc
-                problem = f"HTTP {response.status_code}: {_first_line(_error_message(response))}"
-                if response.status_code not in RETRY_STATUS:
-                    raise LLMRequestRefused(
-                        f"LLM server at {url} refused the request ({problem})", response.status_code
-                    )
-                header = response.headers.get("retry-after")
-                if header:
-                    try:
-                        retry_after = float(header)
-                    except ValueError:
-                        retry_after = None
-            if attempt < retries:
-                delay = self._backoff(attempt, retry_after)
-                logger.warning("LLM server at %s: %s; retrying in %.1f s", url, problem, delay)
-                time.sleep(delay)
-        raise LLMServerError(
-            f"LLM server at {url} failed after {retries + 1} attempt(s): {problem}; check that it is running, "
-            "or raise generator.timeout_s / generator.max_retries"
+        policy = RetryPolicy(
+            retries=self.max_retries if retries is None else retries,
+            backoff_s=_BACKOFF_BASE_S,
+            max_backoff_s=_BACKOFF_MAX_S,
         )
+
+        def send() -> httpx.Response:
+            with self._slots:
+                return self._client.post(url, json=body)
+
+        def judge(response: httpx.Response | None, error: Exception | None) -> str | None:
+            if isinstance(error, httpx.TimeoutException):
+                return f"no answer within {self.timeout_s:g} s"
+            if error is not None:
+                return f"cannot connect ({type(error).__name__}: {_first_line(str(error), 120)})"
+            assert response is not None
+            if response.status_code in RETRY_STATUS:
+                return f"HTTP {response.status_code}: {_first_line(_error_message(response))}"
+            return None
+
+        last = send_with_retries(send, policy, judge, f"LLM server at {url}")
+        response = last.response
+        if last.problem is not None or response is None:
+            raise LLMServerError(
+                f"LLM server at {url} failed after {last.attempts} attempt(s): {last.problem}; check that it is "
+                "running, or raise generator.timeout_s / generator.max_retries"
+            )
+        if response.status_code >= 400:
+            raise LLMRequestRefused(
+                f"LLM server at {url} refused the request (HTTP {response.status_code}: "
+                f"{_first_line(_error_message(response))})",
+                response.status_code,
+            )
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise LLMServerError(f"LLM server at {url} answered with invalid JSON: {exc}") from exc
 
     def close(self) -> None:
         self._client.close()
