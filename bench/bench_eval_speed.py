@@ -43,7 +43,7 @@ import httpx
 from quco.config import PipelineConfig, load_config
 from quco.eval.runner import run_eval
 from quco.eval.runs import RESULTS_FILE
-from quco.llm.llamacpp import _free_port
+from quco.llm.llama_server import _free_port
 from quco.llm.models import known_model, model_path
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

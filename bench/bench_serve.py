@@ -31,7 +31,8 @@ from typing import Any
 import httpx
 
 from quco.config import PipelineConfig, load_config
-from quco.llm.llamacpp import LlamaServer, ServedModel, _free_port, default_gguf_path
+from quco.llm.llama_server import LlamaServer, ServedModel, _free_port
+from quco.llm.models import default_gguf_path
 from quco.paths import data_dir
 
 HOTPOT_DEV = "hotpotqa/hotpot_dev_0_300_unified.jsonl"

@@ -17,7 +17,9 @@ from quco.config import GeneratorConfig, PipelineConfig, load_config
 from quco.errors import CapabilityError, ConfigError
 from quco.llm import Capability, Generation, build_generator
 from quco.llm.base import Prompt
-from quco.llm.llamacpp import LlamaCppGenerator, LlamaServer, ServedModel, default_gguf_path
+from quco.llm.llama_server import LlamaServer, ServedModel
+from quco.llm.llamacpp import LlamaCppGenerator
+from quco.llm.models import default_gguf_path
 from quco.llm.openai_compat import OpenAICompatGenerator, approx_entropy
 from quco.methods import method_class
 from quco.pipeline import Pipeline

@@ -262,7 +262,7 @@ def test_conversion_cache_is_reused(gen: hf.HFGenerator, eiffel: Generation, mon
         raise AssertionError("the GGUF path ran although the conversion cache exists")
 
     monkeypatch.setattr(hf, "_convert_gguf", no_gguf)
-    monkeypatch.setattr(hf, "_assemble_default_gguf", no_gguf)
+    monkeypatch.setattr(hf, "default_gguf_path", no_gguf)
     again = build_generator(GeneratorConfig())
     assert again.load_source == "cache"
     g = again.generate(EIFFEL, max_new_tokens=4)[0]

