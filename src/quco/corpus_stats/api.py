@@ -22,7 +22,7 @@ from typing import Any, Literal
 import httpx
 
 from quco.config import CorpusStatsConfig
-from quco.corpus_stats.base import CountResult, Phrase
+from quco.corpus_stats.base import CountResult, Phrase, answer
 from quco.corpus_stats.phrases import aliases, describe, describe_pair
 from quco.corpus_stats.protocol import COOCCURRENCE_FIELD, QUERY_TERMS_FIELD, compose
 from quco.corpus_stats.rates import HOSTED_INDEX_TOKENS
@@ -189,17 +189,7 @@ class InfiniGramAPI:
         return int(data["count"]), bool(data.get("approx", False))
 
     def _result(self, query: str, started: float, count=None, approx=False, error=None) -> CountResult:
-        return CountResult(
-            query=query,
-            count=count,
-            exact=not approx,
-            backend=self.name,
-            index=self.index,
-            seconds=time.perf_counter() - started,
-            status="ok" if error is None else "unknown",
-            error=error,
-            total_tokens=self.total_tokens,
-        )
+        return answer(self, query, started, count, exact=not approx, error=error)
 
     @property
     def total_tokens(self) -> int | None:

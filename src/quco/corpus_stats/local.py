@@ -25,7 +25,7 @@ from typing import Literal
 
 import numpy as np
 
-from quco.corpus_stats.base import CountResult, Phrase
+from quco.corpus_stats.base import CountResult, Phrase, answer
 from quco.corpus_stats.build import Manifest, StatsIndexError, check_index_path
 from quco.corpus_stats.phrases import aliases, describe, describe_pair, drop_extensions
 from quco.corpus_stats.tokenizer import TOKENIZER_FILE, IndexTokenizer
@@ -182,18 +182,8 @@ class LocalInfiniGram:
 
     def _result(
         self, query: str, count: int | None, started: float, exact: bool = True, error: str | None = None
-    ):
-        return CountResult(
-            query=query,
-            count=count,
-            exact=exact,
-            backend=self.name,
-            index=self.index,
-            seconds=time.perf_counter() - started,
-            status="ok" if error is None else "unknown",
-            error=error,
-            total_tokens=self.total_tokens,
-        )
+    ) -> CountResult:
+        return answer(self, query, started, count, exact=exact, error=error)
 
     def _encode(self, phrase: Phrase) -> list[tuple[int, ...]]:
         """Alias set -> disjoint token sequences; raises ValueError when nothing countable is left."""
