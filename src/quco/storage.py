@@ -33,6 +33,13 @@ _BUILDING = "building"
 _OLD = "old"
 
 
+def build_target(named: str | os.PathLike[str] | None, default: Callable[[], Path]) -> tuple[Path, bool]:
+    """(where to build, whether the user named it): ``named`` if given, else ``default()``; its parent exists."""
+    target = Path(named).expanduser() if named is not None else default()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return target, named is not None
+
+
 def staging_dir(target: Path) -> Path:
     """A fresh name for the temporary sibling directory a build of ``target`` writes into."""
     return target.parent / f".{target.name}.{_BUILDING}-{os.getpid()}-{uuid.uuid4().hex[:8]}"

@@ -24,6 +24,7 @@ import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 from tqdm import tqdm
 
+from quco import storage
 from quco.config import RetrieverConfig
 from quco.errors import IndexIntegrityError
 from quco.paths import cache_dir
@@ -35,10 +36,11 @@ from quco.retrieval.corpus import (
     IndexReport,
     OnError,
     check_on_error,
+    corpus_manifest,
     resolve_corpus,
 )
 from quco.retrieval.store import PassageStore, PassageStoreWriter
-from quco.storage import MANIFEST_NAME, ArtefactFormat, clean_stale_builds, locked, staged, write_json
+from quco.storage import MANIFEST_NAME, ArtefactFormat
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +238,7 @@ class BM25Retriever:
         source = resolve_corpus(source)
         params = params or BM25Params()
         index_dir = Path(index_dir).expanduser()
-        with staged(index_dir) as tmp:
+        with storage.staged(index_dir) as tmp:
             t0 = time.perf_counter()
             fingerprint = source.fingerprint()
             report = CorpusReport()
@@ -267,25 +269,14 @@ class BM25Retriever:
             manifest = {
                 "format": INDEX_FORMAT,
                 "version": INDEX_VERSION,
-                "corpus": source.name,
-                "corpus_path": str(source.paths[0])
-                if len(source.paths) == 1
-                else [str(p) for p in source.paths],
-                "corpus_format": source.format,
-                "fingerprint": fingerprint,
-                "passages": indexed,
-                "lines_read": report.lines_read,
-                "ignored_lines": report.ignored_lines,
-                "skipped": report.skipped,
-                "skipped_lines": [[s.line, s.reason] for s in report.skipped_lines],
-                "duplicate_ids": report.duplicate_ids,
+                **corpus_manifest(source, fingerprint, report, indexed),
                 "vocabulary": len(vocab.stem_to_id),
                 "params": asdict(params),
                 "bm25s_version": bm25s.__version__,
                 "build_seconds": round(time.perf_counter() - t0, 3),
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             }
-            write_json(tmp / MANIFEST_NAME, manifest)
+            storage.write_json(tmp / MANIFEST_NAME, manifest)
             cls.load(tmp)  # what is on disk must pass the same checks a later load applies
         log.info(
             "indexed %d passages from %s into %s in %.1f s (%d lines skipped)",
@@ -383,14 +374,10 @@ def ensure_index(
     source = resolve_corpus(source)
     params = params or BM25Params()
     fingerprint = source.fingerprint()
-    explicit = index_dir is not None
-    target = (
-        Path(index_dir).expanduser()
-        if index_dir is not None
-        else default_index_dir(fingerprint, source.index_home)
+    target, explicit = storage.build_target(
+        index_dir, lambda: default_index_dir(fingerprint, source.index_home)
     )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with locked(target):
+    with storage.locked(target):
         if not force and _reusable(target, fingerprint, params, explicit):
             retriever = BM25Retriever.load(target, max_query_words=max_query_words)
             skipped = retriever.manifest.get("skipped", 0)
@@ -400,7 +387,7 @@ def ensure_index(
                 if skipped:
                     log.warning("index %s was built with %d corpus lines skipped", target, skipped)
                 return retriever, True
-        clean_stale_builds(target)
+        storage.clean_stale_builds(target)
         retriever = BM25Retriever.build(
             source,
             target,

@@ -127,6 +127,23 @@ class IndexReport:
         )
 
 
+def corpus_manifest(source: Any, fingerprint: str, report: CorpusReport, passages: int) -> dict[str, Any]:
+    """The part of an index manifest that says what corpus went in (``source`` is a corpus or a corpus file)."""
+    paths = source.paths
+    return {
+        "corpus": source.name,
+        "corpus_path": str(paths[0]) if len(paths) == 1 else [str(p) for p in paths],
+        "corpus_format": source.format,
+        "fingerprint": fingerprint,
+        "passages": passages,
+        "lines_read": report.lines_read,
+        "ignored_lines": report.ignored_lines,
+        "skipped": report.skipped,
+        "skipped_lines": [[s.line, s.reason] for s in report.skipped_lines],
+        "duplicate_ids": report.duplicate_ids,
+    }
+
+
 class _BadRecord(Exception):
     """A record that cannot become a passage; the reason is the message."""
 
@@ -561,9 +578,7 @@ class CorpusSet:
     def size_bytes(self) -> int:
         return sum(p.size_bytes() for p in self.parts)
 
-    def docs(self, on_error: OnError = "stop") -> Iterator[tuple[str, str]]:
-        for passage in self.iter_passages(on_error=on_error):
-            yield passage.id, document_text(passage)
+    docs = CorpusSource.docs  # the same (doc_id, "title\ntext") pairs, over every file in order
 
     def iter_passages(
         self,

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from quco import storage
 from quco.embeddings import (
     DEFAULT_EMBEDDING_MODEL,
     EmbedderError,
@@ -48,10 +49,11 @@ from quco.retrieval.corpus import (
     IndexReport,
     OnError,
     check_on_error,
+    corpus_manifest,
     document_text,
 )
 from quco.retrieval.store import PassageStore, PassageStoreWriter
-from quco.storage import MANIFEST_NAME, ArtefactFormat, clean_stale_builds, locked, staged, write_json
+from quco.storage import MANIFEST_NAME, ArtefactFormat
 
 log = logging.getLogger(__name__)
 
@@ -330,7 +332,7 @@ def build_dense_index(
     source = CorpusSource.resolve(source)
     embedder = model if isinstance(model, Embedder) else Embedder(model, batch_size=batch_size)
     out = Path(out_dir).expanduser()
-    with staged(out) as tmp:
+    with storage.staged(out) as tmp:
         t0 = time.perf_counter()
         fingerprint = source.fingerprint()
         report = CorpusReport()
@@ -369,16 +371,7 @@ def build_dense_index(
         manifest = {
             "format": INDEX_FORMAT,
             "version": INDEX_VERSION,
-            "corpus": source.name,
-            "corpus_path": str(source.path),
-            "corpus_format": source.format,
-            "fingerprint": fingerprint,
-            "passages": n,
-            "lines_read": report.lines_read,
-            "ignored_lines": report.ignored_lines,
-            "skipped": report.skipped,
-            "skipped_lines": [[s.line, s.reason] for s in report.skipped_lines],
-            "duplicate_ids": report.duplicate_ids,
+            **corpus_manifest(source, fingerprint, report, n),
             "model": embedder.name,
             "model_identity": embedder.identity,
             "dim": embedder.dim,
@@ -396,7 +389,7 @@ def build_dense_index(
             "build_seconds": round(time.perf_counter() - t0, 3),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        write_json(tmp / MANIFEST_NAME, manifest)
+        storage.write_json(tmp / MANIFEST_NAME, manifest)
         _check_index(tmp)  # what is on disk must pass the checks a later load applies
     log.info(
         "embedded %d passages of %s into %s in %.1f s (%d lines skipped)",
@@ -450,14 +443,8 @@ def ensure_dense_index(
     source = CorpusSource.resolve(source)
     embedder = model if isinstance(model, Embedder) else Embedder(model, batch_size=batch_size)
     fingerprint = source.fingerprint()
-    explicit = index_dir is not None
-    target = (
-        Path(index_dir).expanduser()
-        if index_dir is not None
-        else default_dense_index_dir(fingerprint, embedder)
-    )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with locked(target):
+    target, explicit = storage.build_target(index_dir, lambda: default_dense_index_dir(fingerprint, embedder))
+    with storage.locked(target):
         if not force and _reusable(target, fingerprint, embedder.identity, passage_prefix, explicit):
             retriever = DenseRetriever.load(target, embedder=embedder, query_prefix=query_prefix or None)
             if retriever.manifest.get("skipped"):
@@ -467,7 +454,7 @@ def ensure_dense_index(
                     retriever.manifest["skipped"],
                 )
             return retriever, True
-        clean_stale_builds(target)
+        storage.clean_stale_builds(target)
         retriever = build_dense_index(
             source,
             target,
