@@ -276,6 +276,27 @@ def _compare(a: RowResult | None, b: RowResult, n_boot: int) -> Comparison | Non
         return None
 
 
+def _check_config(plan: Plan, ds: DatasetPlan, row: Row, run: Run, res: RowResult) -> None:
+    """Note (never hide) a run whose recorded pipeline is not what the plan's row resolves to now."""
+    from quco.config import load_config, parse_override
+    from quco.eval.runner import _differences
+
+    recorded = run.config.get("pipeline")
+    if not isinstance(recorded, dict) or row.config is None:
+        return
+    config = plan.calibrated_config(ds, row) if row.calibrate else Path(row.config)
+    try:
+        overrides = dict(parse_override(s) for s in row_overrides(plan, ds, row))
+        expected = load_config(config, overrides=overrides).model_dump(mode="json")
+    except QucoError as exc:
+        res.problem = f"cannot resolve the row's config to check its run: {exc}"
+        return
+    diffs = _differences(recorded, expected)
+    if diffs:
+        shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
+        res.problem = f"its run was made with another config than the plan's row resolves to now ({shown})"
+
+
 def collect(plan: Plan, n_boot: int = 10_000) -> list[RowResult]:
     """Read every row's run (only the questions the plan evaluates for it) and compute its statistics."""
     from quco.eval.cli import firing_rates
@@ -306,6 +327,7 @@ def collect(plan: Plan, n_boot: int = 10_000) -> list[RowResult]:
                     res.stats = summarize(res.run, [f for f, *_ in SCORE_COLUMNS + COST_COLUMNS], n_boot)
                     res.world = read_world(res.run_dir, run.config)
                     res.firing = firing_rates(res.run)
+                    _check_config(plan, ds, row, run, res)
             by_name[row.name] = res
             results.append(res)
         base = by_name.get(ds.baseline) if ds.baseline else None
