@@ -93,6 +93,26 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
     assert all(by[("pubmedqa", r)].action == "skipped" for _, r in by if _ == "pubmedqa")
 
 
+def test_the_cli_prints_the_headline_plan_and_refuses_a_broken_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from quco.cli import app
+
+    monkeypatch.chdir(ROOT)
+    shown = CliRunner().invoke(app, ["results", "run", "configs/results/headline.yaml", "--dry-run",
+                                     "--dataset", "hotpotqa"])  # fmt: skip
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 10
+    assert "(after 'quco' completes)" in shown.output
+    bad = _write(
+        tmp_path / "plan.yaml", _plan(tmp_path, [{"name": "a", "config": SR}], calibration={"limit": 3})
+    )
+    refused = CliRunner().invoke(app, ["results", "table", str(bad)])
+    assert refused.exit_code == 2 and "overlap the evaluated questions" in refused.output
+
+
 def _answerer(method: str, p_right: float):
     """A deterministic answerer with a method's costs (its runs stand in for recorded runs)."""
 
@@ -262,4 +282,5 @@ def test_run_then_tabulate_end_to_end_on_the_default_model(
     assert "3 of 3 planned rows complete" in text
     assert text.count("| complete 2/2 |") == 3 and text.count("| pool |") == 3
     assert "(calibrated: entity_threshold)" in text and "gemma3-270m" in text
+    assert "another config" not in text  # each run is what its row resolves to
     assert (runs / "report.html").is_file() and (tmp_path / "r.html").is_file()
