@@ -113,6 +113,35 @@ def test_the_cli_prints_the_headline_plan_and_refuses_a_broken_one(
     assert refused.exit_code == 2 and "overlap the evaluated questions" in refused.output
 
 
+def test_a_calibrated_copy_is_reused_only_for_the_same_source_overrides_and_targets(tmp_path: Path) -> None:
+    from quco.eval.results import calibrated_config
+
+    source = tmp_path / "quco.yaml"
+    source.write_text((ROOT / "configs/hotpotqa/quco.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    row = {"name": "quco", "config": str(source), "calibrate": [{"param": "entity_threshold", "rate": 0.3}]}
+    spec = _plan(tmp_path, [row], calibration={"offset": 10, "limit": 5})
+    plan = load_plan(_write(tmp_path / "plan.yaml", spec))
+    ds, row_ = plan.datasets[0], plan.datasets[0].rows[0]
+    copy = plan.calibrated_config(ds, row_)
+    copy.parent.mkdir(parents=True)
+    note = "calibrated: rate 0.3 on hotpotqa questions 10:15 (2026-01-01)"
+    made = source.read_text(encoding="utf-8").replace(
+        "entity_threshold: 100000", f"entity_threshold: 7.0  # {note}"
+    )
+    from quco.eval.results import _calibration_header
+
+    copy.write_text(_calibration_header(plan, ds, row_) + made, encoding="utf-8")
+    assert calibrated_config(plan, ds, row_) == copy  # reused: no model is loaded
+    for change in ("rate", "source"):
+        if change == "rate":
+            spec["datasets"][0]["rows"][0]["calibrate"][0]["rate"] = 0.4
+        else:
+            source.write_text(source.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+        plan = load_plan(_write(tmp_path / "plan.yaml", spec))
+        with pytest.raises(PlanError, match="calibrated from another config"):
+            calibrated_config(plan, plan.datasets[0], plan.datasets[0].rows[0])
+
+
 def _answerer(method: str, p_right: float):
     """A deterministic answerer with a method's costs (its runs stand in for recorded runs)."""
 
@@ -260,6 +289,7 @@ def test_run_then_tabulate_end_to_end_on_the_default_model(
     runs = tmp_path / "runs" / "hotpotqa"
     calibrated = (runs / "quco.calibrated.yaml").read_text(encoding="utf-8")
     assert "calibrated: rate 0.5 on hotpotqa questions 2:3" in calibrated
+    assert calibrated.startswith(f"# calibrated copy of {ROOT / 'configs/hotpotqa/quco.yaml'} (sha256 ")
     quco, random = load_run(runs / "quco"), load_run(runs / "random")
     theta = yaml.safe_load(calibrated)["params"]["entity_threshold"]
     assert quco.config["pipeline"]["params"]["entity_threshold"] == theta

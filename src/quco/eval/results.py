@@ -14,10 +14,10 @@ costs; ``write_markdown`` and ``write_html`` render them, and ``write_reports`` 
 
 from __future__ import annotations
 
+import hashlib
 import html
 import logging
 import shlex
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -115,20 +115,45 @@ def eval_argv(plan: Plan, ds: DatasetPlan, row: Row, config: Path) -> list[str]:
     return argv
 
 
+def _calibration_header(plan: Plan, ds: DatasetPlan, row: Row) -> str:
+    """The first line of a calibrated copy: what it was made from, so a changed source or plan is noticed."""
+    assert row.config is not None and ds.calibration is not None
+    source = hashlib.sha256(Path(row.config).read_bytes()).hexdigest()[:16]
+    specs = "; ".join(f"{c.param} {c.target} {c.rate:g}" for c in row.calibrate)
+    inputs = hashlib.sha256("\n".join([*row_overrides(plan, ds, row), specs]).encode("utf-8")).hexdigest()[
+        :16
+    ]
+    return (
+        f"# calibrated copy of {row.config} (sha256 {source}), overrides and targets {inputs}: "
+        f"{specs} on {ds.name} questions {ds.calibration.offset}:{ds.calibration.end}\n"
+    )
+
+
 def calibrated_config(plan: Plan, ds: DatasetPlan, row: Row, progress: bool = True) -> Path:
-    """The row's config with its thresholds calibrated on the dataset's calibration questions (made once)."""
+    """The row's config with its thresholds calibrated on the dataset's calibration questions (made once).
+
+    The copy starts with a header naming its source config (with its sha256), the row's overrides and the
+    calibration targets; a copy made from anything else is refused rather than silently reused.
+    """
     from quco.config import parse_override
     from quco.eval.calibrate import calibrate, write_threshold
 
     assert row.config is not None and ds.calibration is not None  # checked when the plan was loaded
     dest = plan.calibrated_config(ds, row)
+    header = _calibration_header(plan, ds, row)
     if dest.is_file():
+        first = dest.read_text(encoding="utf-8").split("\n", 1)[0] + "\n"
+        if first != header:
+            raise PlanError(
+                f"{dest} was calibrated from another config, other overrides or other targets than the row "
+                "now has; delete it (and the row's run, made with it) to calibrate again"
+            )
         check_config_notes(dest, ds, f"{ds.name}/{row.name}")
         return dest
     cal = ds.calibration
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".tmp")
-    shutil.copyfile(row.config, tmp)
+    tmp.write_text(header + Path(row.config).read_text(encoding="utf-8"), encoding="utf-8")
     overrides = dict(parse_override(s) for s in row_overrides(plan, ds, row))
     try:
         for spec in row.calibrate:
