@@ -273,3 +273,24 @@ def _assert_close(a: object, b: object, path: str = "steps") -> None:
         assert a == pytest.approx(b, abs=1e-3), path
     else:
         assert a == b, path
+
+
+def test_a_process_that_exits_with_a_model_open_prints_no_teardown_error() -> None:
+    """A model left open at exit is freed before llama_cpp's module is torn down: no "Exception ignored in
+    Llama.__del__" traceback on stderr."""
+    import subprocess
+    import sys
+
+    code = (
+        "from quco.config import GeneratorConfig\n"
+        "from quco.llm.llamacpp import LlamaCppGenerator\n"
+        "g = LlamaCppGenerator.from_config(GeneratorConfig(backend='llamacpp', threads=1))\n"
+        "print(g.generate('The capital of France is', max_new_tokens=2)[0].text is not None)\n"
+        # held by a module that is torn down after llama_cpp's, as a long-lived cache would hold it
+        "import threading\n"
+        "threading._quco_kept = [g]\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("True")
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr

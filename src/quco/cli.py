@@ -46,6 +46,10 @@ def _mount_optional() -> None:
 
     app.add_typer(models_app, name="models")
 
+    from quco.eval.results_cli import results_app  # `quco results run|table PLAN`: the results table
+
+    app.add_typer(results_app, name="results")
+
 
 out = Console()
 err = Console(stderr=True)

@@ -8,12 +8,15 @@ crashes on CPUs with AMX.
 
 from __future__ import annotations
 
+import atexit
 import codecs
+import contextlib
 import ctypes
 import logging
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +68,18 @@ def resolve_gguf(config: GeneratorConfig) -> Path:
             f"a .gguf path (or a directory plus generator.gguf_file), or a model name from `quco models`"
         )
     return path
+
+
+# Models still open at interpreter exit are closed while llama_cpp's module is intact: left to
+# ``Llama.__del__`` during teardown, freeing them prints "'NoneType' object is not callable" tracebacks.
+_OPEN_MODELS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_models() -> None:
+    for llama in list(_OPEN_MODELS):
+        with contextlib.suppress(Exception):
+            llama.close()
 
 
 def _import_llama_cpp() -> Any:
@@ -173,6 +188,7 @@ class LlamaCppGenerator(GeneratorBase):
             )
         except (ValueError, RuntimeError, TypeError) as exc:
             raise LlamaCppError(f"cannot load GGUF model {path}: {exc}") from exc
+        _OPEN_MODELS.add(llama)
         logger.info("llama.cpp model %s loaded in %.1f s", path.name, time.perf_counter() - start)
         return cls(
             llama,
