@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from quco.errors import QucoError
+from quco.eval.cli import FIRING_COLUMNS, SUMMARY_COLUMNS, eval_command, firing_rates, format_rate
 from quco.eval.plan import DatasetPlan, Plan, PlanError, Row, check_config_notes
 from quco.eval.runs import CONFIG_FILE, Run, load_run
 from quco.eval.stats import Comparison, Interval, compare, summarize
@@ -34,16 +35,16 @@ log = logging.getLogger(__name__)
 BEGIN = "<!-- results:begin (written by `quco results table`; edit the text outside these markers) -->"
 END = "<!-- results:end -->"
 
-# Score and cost fields of the table: (field, header, digits, scale).
-SCORE_COLUMNS = (("em", "EM", 1, 100.0), ("f1", "F1", 1, 100.0))
-COST_COLUMNS = (
-    ("retrievals", "retrievals/q", 2, 1.0),
-    ("main_llm_calls", "LLM calls/q (main)", 2, 1.0),
-    ("llm_calls", "LLM calls/q (all roles)", 2, 1.0),
-    ("main_tokens", "gen. tokens/q (main)", 1, 1.0),
-    ("tokens", "gen. tokens/q (all roles)", 1, 1.0),
-    ("seconds", "s/q", 1, 1.0),
-)
+# The table's columns are `quco summary`'s, with the digits and scale each is printed with.
+_FORMAT = {
+    "em": (1, 100.0),
+    "f1": (1, 100.0),
+    "retrievals": (2, 1.0),
+    "main_llm_calls": (2, 1.0),
+    "llm_calls": (2, 1.0),
+}
+SCORE_COLUMNS = tuple((f, h, *_FORMAT[f]) for f, h in SUMMARY_COLUMNS if f in ("em", "f1"))
+COST_COLUMNS = tuple((f, h, *_FORMAT.get(f, (1, 1.0))) for f, h in SUMMARY_COLUMNS if f not in ("em", "f1"))
 
 
 # -- running ----------------------------------------------------------------------------------------------------
@@ -201,7 +202,6 @@ def run_plan(
     echo: Callable[[str], None] = log.info,
 ) -> list[RowRun]:
     """Run or resume every selected row in plan order; a failing row is reported and the next one runs."""
-    from quco.eval.cli import eval_command
 
     done: list[RowRun] = []
     for ds, row in _selected(plan, datasets, rows):
@@ -324,7 +324,6 @@ def _check_config(plan: Plan, ds: DatasetPlan, row: Row, run: Run, res: RowResul
 
 def collect(plan: Plan, n_boot: int = 10_000) -> list[RowResult]:
     """Read every row's run (only the questions the plan evaluates for it) and compute its statistics."""
-    from quco.eval.cli import firing_rates
     from quco.world.guard import read_world
 
     results: list[RowResult] = []
@@ -379,7 +378,6 @@ def _diff(comp: Comparison | None, metric: str) -> str:
 
 
 def _rate(res: RowResult, stage: str) -> str:
-    from quco.eval.cli import format_rate
 
     rate = res.firing.get(stage)
     return format_rate(rate, stage) if rate is not None else "—"
@@ -421,7 +419,7 @@ def sections(plan: Plan, results: Sequence[RowResult]) -> list[Section]:
             cells += [_diff(r.vs_baseline, "em"), _diff(r.vs_baseline, "f1")]
             cells += [_diff(r.vs_control, "em"), _diff(r.vs_control, "f1")]
             scores.append(cells)
-        cost_head = ["method"] + [h for _, h, *_ in COST_COLUMNS] + ["stage 1 fired", "stage 2 fired"]
+        cost_head = ["method"] + [h for _, h, *_ in COST_COLUMNS] + [h for _, h in FIRING_COLUMNS]
         costs = [
             [r.row.title]
             + [_iv(r.stats.get(f), d, s) for f, _, d, s in COST_COLUMNS]
