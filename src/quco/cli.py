@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import functools
 import json
-import logging
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.logging import RichHandler
 
+from quco.cli_support import err, friendly_errors, out
+from quco.cli_support import setup_logging as _setup_logging
 from quco.config import load_config, parse_override
 from quco.errors import QucoError
 
@@ -51,9 +48,6 @@ def _mount_optional() -> None:
     app.add_typer(results_app, name="results")
 
 
-out = Console()
-err = Console(stderr=True)
-
 DEMO_QUESTIONS = (
     "Who was born first, Albert Einstein or Niels Bohr?",
     "Which river flows through the city where Wolfgang Amadeus Mozart was born?",
@@ -65,30 +59,6 @@ DEMO_NOTE = (
     "a real model (README, 'Plugging in real parts'): `quco models pull qwen2.5-1.5b-instruct` fetches the "
     "evaluation model, or point --set generator.backend=openai at any OpenAI-compatible server."
 )
-
-
-def _setup_logging(verbose: bool) -> None:
-    level = logging.DEBUG if verbose else logging.INFO
-    handler = RichHandler(console=err, show_path=False, show_time=False, markup=False)
-    logging.basicConfig(level=logging.WARNING, handlers=[handler], format="%(message)s", force=True)
-    logging.getLogger("quco").setLevel(level)
-
-
-def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn user-facing errors into one line on stderr and exit code 2, never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except QucoError as exc:
-            err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err.print("interrupted")
-            raise typer.Exit(130) from None
-
-    return wrapper
 
 
 def _overrides(sets: list[str] | None) -> dict[str, Any]:

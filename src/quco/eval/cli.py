@@ -7,15 +7,14 @@ work and return values, so they can be called from Python or another CLI as well
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from quco.cli_support import friendly_errors, out, setup_logging
 from quco.config import PipelineConfig, load_config, parse_override
 from quco.datasets import DATASETS
 from quco.errors import QucoError
@@ -24,8 +23,6 @@ from quco.eval.runs import load_run
 from quco.eval.stats import SUMMARY_FIELDS, Comparison, compare_runs, summarize
 
 eval_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-out = Console()
-err = Console(stderr=True)
 
 
 class DatasetNotGiven(QucoError):
@@ -181,25 +178,13 @@ def report_command(runs: Sequence[Path], out_html: Path, baseline: int = 0) -> P
 # -- typer wiring -------------------------------------------------------------------------------------------
 
 
-def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``quco.cli.friendly_errors``, saying on Ctrl-C that the finished questions are saved."""
-    from quco.cli import friendly_errors
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except KeyboardInterrupt:
-            err.print("interrupted; results so far are saved: run the same command again to resume")
-            raise typer.Exit(130) from None
-
-    return friendly_errors(wrapper)
+# Ctrl-C: the finished questions are saved
+_friendly = friendly_errors(
+    interrupted="interrupted; results so far are saved: run the same command again to resume"
+)
 
 
-def _logging(verbose: bool) -> None:
-    from quco.cli import _setup_logging
-
-    _setup_logging(verbose)
+_logging = setup_logging
 
 
 def _print_summary(summary: RunSummary) -> None:

@@ -6,15 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-results_app = typer.Typer(
-    help="The results table of a plan: run or resume every row, then tabulate what is recorded.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-out = Console()
+from quco.cli_support import friendly_errors, out, setup_logging, sub_app
+
+results_app = sub_app("The results table of a plan: run or resume every row, then tabulate what is recorded.")
 
 PlanArg = Annotated[Path, typer.Argument(help="Results plan (YAML), e.g. configs/results/headline.yaml.")]
 
@@ -35,13 +30,12 @@ def run_cli(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Run or resume every row's `quco eval`, one row after the other (exit 1 if a row failed)."""
-    from quco.cli import _setup_logging, friendly_errors
     from quco.eval.plan import load_plan
     from quco.eval.results import run_plan
 
     @friendly_errors
     def go() -> None:
-        _setup_logging(verbose)
+        setup_logging(verbose)
         loaded = load_plan(plan)
         try:
             done = run_plan(
@@ -81,13 +75,12 @@ def table_cli(
     ] = True,
 ) -> None:
     """Tabulate every recorded run of the plan (complete or not) into Markdown and HTML."""
-    from quco.cli import _setup_logging, friendly_errors
     from quco.eval.plan import load_plan
     from quco.eval.results import table
 
     @friendly_errors
     def go() -> None:
-        _setup_logging(False)
+        setup_logging(False)
         loaded = load_plan(plan)
         results, written = table(loaded, str(plan), markdown, html, reports)
         for res in results:

@@ -2,41 +2,22 @@
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from quco.cli_support import err, friendly_errors, out, sub_app
 from quco.errors import QucoError
 from quco.llm.models import KNOWN_MODELS, is_present, known_model, model_path
 
-models_app = typer.Typer(
-    help="The models quco knows: list them (default) or pull one into the cache.",
-    no_args_is_help=False,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+models_app = sub_app(
+    "The models quco knows: list them (default) or pull one into the cache.", no_args_is_help=False
 )
-out = Console()
-err = Console(stderr=True)
 
 
-def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except QucoError as exc:
-            err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err.print("interrupted; nothing half-written was left in the cache")
-            raise typer.Exit(130) from None
-
-    return wrapper
+_friendly = friendly_errors(interrupted="interrupted; nothing half-written was left in the cache")
 
 
 def _status(name: str) -> str:
