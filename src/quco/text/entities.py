@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 from quco.errors import ConfigError
 from quco.text.base import LLMCall
 from quco.text.mentions import WH_WORDS, parse
 from quco.text.parsing import parse_tuples
-from quco.text.prompts import ExtractorPrompts, builtin_prompts
+from quco.text.prompts import PromptedExtractor
 
 # ", A or B?" / ": A or B?" at the end of a comparison question; each side is one name.
 _ALTERNATIVES = re.compile(r"[,:]\s*(?P<a>[^,:?]+?)\s+or\s+(?P<b>[^,:?]+?)\s*[?.]?\s*$")
@@ -111,33 +110,11 @@ class RuleEntityExtractor:
         return _dedupe([t for _, _, t in found])
 
 
-class LLMEntityExtractor:
-    """Entities by prompting the extractor LLM; the first element of each returned tuple, as QuCo does.
-
-    ``chat`` wraps the few-shot prompt in the model's chat template (``quco.llm.chat.ChatFormat``), as the
-    published extractor does; None sends it as raw text.
-    """
-
-    name = "llm"
-
-    def __init__(
-        self,
-        prompts: ExtractorPrompts | None = None,
-        max_new_tokens: int = 256,
-        chat: Callable[[str], str] | None = None,
-    ) -> None:
-        self.prompts = prompts or builtin_prompts()
-        self.max_new_tokens = max_new_tokens
-        self.chat = chat
+class LLMEntityExtractor(PromptedExtractor):
+    """Entities by prompting the extractor LLM; the first element of each returned tuple, as QuCo does."""
 
     def _prompt(self, question: str) -> str:
-        if self.chat is None:
-            return self.prompts.render_entities(question)
-        messages = self.prompts.entity_messages(question)
-        render = getattr(self.chat, "render_messages", None)
-        if messages is not None and render is not None:
-            return render(messages)  # our prompts: the examples as conversation turns
-        return self.chat(self.prompts.render_entities(question))  # one user turn, as published
+        return self._wrap(self.prompts.render_entities(question), self.prompts.entity_messages(question))
 
     def question_entities(self, question: str, llm: LLMCall | None = None) -> list[str]:
         if llm is None:

@@ -8,6 +8,7 @@ fine-tuned for it, or the published prompt file loaded with ``load_external_prom
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -248,3 +249,33 @@ def load_external_prompts(
     return ExtractorPrompts(
         entities=templates[0], triplets=templates[1], placeholder=placeholder, source=str(p)
     )
+
+
+class PromptedExtractor:
+    """What the LLM extractors share: their prompts, output budget, and how a prompt reaches the model.
+
+    ``chat`` wraps the few-shot prompt in the model's chat template (``quco.llm.chat.ChatFormat``), as the
+    published extractor does; None sends it as raw text.
+    """
+
+    name = "llm"
+
+    def __init__(
+        self,
+        prompts: ExtractorPrompts | None = None,
+        max_new_tokens: int = 256,
+        chat: Callable[[str], str] | None = None,
+    ) -> None:
+        self.prompts = prompts or builtin_prompts()
+        self.max_new_tokens = max_new_tokens
+        self.chat = chat
+
+    def _wrap(self, raw: str, messages: list[dict[str, str]] | None) -> str:
+        """``raw`` as the model sees it: as is without ``chat``; otherwise our examples as conversation turns
+        where the prompts have them (``messages``), else ``raw`` as one user turn, as published."""
+        if self.chat is None:
+            return raw
+        render = getattr(self.chat, "render_messages", None)
+        if messages is not None and render is not None:
+            return render(messages)
+        return self.chat(raw)

@@ -10,7 +10,6 @@ polished relation, and give nothing for sentences that state no fact between two
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from spacy.tokens import Token
@@ -25,7 +24,7 @@ from quco.text.lexicon import (
 )
 from quco.text.mentions import ROLE_CUES, WH_WORDS, Mention, Parsed, parse
 from quco.text.parsing import parse_tuples
-from quco.text.prompts import ExtractorPrompts, builtin_prompts
+from quco.text.prompts import PromptedExtractor
 
 log = logging.getLogger(__name__)
 
@@ -667,34 +666,18 @@ def _dedupe(items: list[Triplet]) -> list[Triplet]:
 # ----------------------------------------------------------------------------------------------- LLM
 
 
-class LLMTripletExtractor:
+class LLMTripletExtractor(PromptedExtractor):
     """Triplets by prompting the extractor LLM with few-shot examples and parsing its list output.
 
-    ``chat`` wraps the prompt in the model's chat template (see ``LLMEntityExtractor``). Our prompts show
-    the ``context`` (question and earlier text) so that the model can name what a pronoun stands for; the
-    published prompts have no place for it and get the sentence alone, as in the published extractor.
+    Our prompts show the ``context`` (question and earlier text) so that the model can name what a pronoun
+    stands for; the published prompts have no place for it and get the sentence alone, as in the published
+    extractor.
     """
 
-    name = "llm"
-
-    def __init__(
-        self,
-        prompts: ExtractorPrompts | None = None,
-        max_new_tokens: int = 256,
-        chat: Callable[[str], str] | None = None,
-    ) -> None:
-        self.prompts = prompts or builtin_prompts()
-        self.max_new_tokens = max_new_tokens
-        self.chat = chat
-
     def _prompt(self, sentence: str, context: str | None) -> str:
-        if self.chat is None:
-            return self.prompts.render_triplets(sentence, context)
-        messages = self.prompts.triplet_messages(sentence, context)
-        render = getattr(self.chat, "render_messages", None)
-        if messages is not None and render is not None:
-            return render(messages)  # our prompts: the examples as conversation turns
-        return self.chat(self.prompts.render_triplets(sentence, context))  # one user turn, as published
+        return self._wrap(
+            self.prompts.render_triplets(sentence, context), self.prompts.triplet_messages(sentence, context)
+        )
 
     def triplets(
         self, sentence: str, llm: LLMCall | None = None, context: str | None = None
