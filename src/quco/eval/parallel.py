@@ -16,10 +16,10 @@ import logging
 import multiprocessing
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any
+from typing import Any, TypeVar
 
 from quco.answer import STRICT, AnswerProtocol
 from quco.config import PipelineConfig
@@ -28,6 +28,9 @@ from quco.errors import QucoError
 from quco.trace import Trace
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 # Backends whose generator runs in this process and serialises its calls: workers are processes.
 PROCESS_BACKENDS = ("llamacpp",)
@@ -105,32 +108,21 @@ class ProcessWorkers:
             initializer=_init,
             initargs=(self.config.model_dump_json(), self.threads, self.protocol),
         )
-        pending: set[Future[Any]] = set()
-        queue = iter(todo)
-
-        def submit(pos: int, ex: Example) -> None:
-            pending.add(pool.submit(_answer, pos, ex, self.recorded.get(ex.id)))
-
         finished_ok = False
         try:
-            for pos, ex in queue:
-                submit(pos, ex)
-                if len(pending) >= 2 * self.workers:
-                    break
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    nxt = next(queue, None)
-                    if nxt is not None:
-                        submit(*nxt)
-                    try:
-                        outcome = fut.result()
-                    except BrokenProcessPool as exc:
-                        raise WorkerError(
-                            "a worker process died (out of memory, or a crash in the model library); the "
-                            "questions recorded so far are kept: run the same command again to resume"
-                        ) from exc
-                    yield outcome
+            for fut in bounded_as_completed(
+                lambda item: pool.submit(_answer, *item, self.recorded.get(item[1].id)),
+                todo,
+                2 * self.workers,
+            ):
+                try:
+                    outcome = fut.result()
+                except BrokenProcessPool as exc:
+                    raise WorkerError(
+                        "a worker process died (out of memory, or a crash in the model library); the "
+                        "questions recorded so far are kept: run the same command again to resume"
+                    ) from exc
+                yield outcome
             finished_ok = True
         finally:
             if finished_ok:
@@ -139,6 +131,29 @@ class ProcessWorkers:
                 pool.shutdown(wait=False, cancel_futures=True)
                 for proc in list((getattr(pool, "_processes", None) or {}).values()):
                     proc.terminate()
+
+
+def bounded_as_completed(
+    submit: Callable[[T], Future[R]], items: Iterable[T], window: int
+) -> Iterator[Future[R]]:
+    """``submit(item)`` for every item with at most ``window`` futures in flight; each future as it finishes.
+
+    Items are submitted in order as others finish, so a long run never queues all its work up front (Ctrl-C
+    drops little) and results stream back while later items are still waiting.
+    """
+    pending: set[Future[R]] = set()
+    queue = iter(items)
+    for item in queue:
+        pending.add(submit(item))
+        if len(pending) >= window:
+            break
+    while pending:
+        finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+        for fut in finished:
+            nxt = next(queue, None)
+            if nxt is not None:
+                pending.add(submit(nxt))
+            yield fut
 
 
 def process_workers(
@@ -157,6 +172,7 @@ def process_workers(
 
 __all__ = [
     "PROCESS_BACKENDS",
+    "bounded_as_completed",
     "ProcessWorkers",
     "WorkerError",
     "default_workers",

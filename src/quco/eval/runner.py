@@ -23,7 +23,7 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +37,7 @@ from quco.config import PipelineConfig, load_config
 from quco.datasets import Example, load_dataset, resolve_dataset
 from quco.errors import QucoError
 from quco.eval.metrics import score_prediction
-from quco.eval.parallel import default_workers, process_workers
+from quco.eval.parallel import bounded_as_completed, default_workers, process_workers
 from quco.eval.runs import CONFIG_FILE, RESULTS_FILE, RunError, scan_results, unique_records
 from quco.trace import Trace
 
@@ -366,20 +366,9 @@ def _outcomes(
             yield call(pos, ex)
         return
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quco-eval")
-    pending: set[Future[_Outcome]] = set()
-    queue = iter(todo)
     try:
-        for pos, ex in queue:
-            pending.add(pool.submit(call, pos, ex))
-            if len(pending) >= 2 * workers:
-                break
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                nxt = next(queue, None)
-                if nxt is not None:
-                    pending.add(pool.submit(call, *nxt))
-                yield fut.result()
+        for fut in bounded_as_completed(lambda item: pool.submit(call, *item), todo, 2 * workers):
+            yield fut.result()
     finally:
         # On Ctrl-C (or any exit) drop what has not started; questions in flight are redone on resume.
         pool.shutdown(wait=False, cancel_futures=True)
