@@ -18,74 +18,16 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from quco.errors import ConfigError, InputError, QucoError
 from quco.inputs import text_problem
+from quco.serve.schemas import AnswerRequest, AnswerResponse, ChatMessage, ChatRequest, ErrorBody
 from quco.serve.service import AnswerService, AnswerTimeout, Overloaded, ServeSettings
 from quco.serve.viewer import viewer_html
 
 access_log = logging.getLogger("quco.serve.access")
 log = logging.getLogger(__name__)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Request and response bodies.
-
-
-class AnswerOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    include_trace: bool = True
-    timeout_s: float | None = Field(
-        None, gt=0, description="Lower than the server's timeout to give up sooner."
-    )
-
-
-class AnswerRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    question: str
-    method: str | None = Field(
-        None, description="A method this server offers (GET /v1/models); default: its own."
-    )
-    options: AnswerOptions = Field(default_factory=AnswerOptions)
-
-
-class AnswerResponse(BaseModel):
-    id: str
-    method: str
-    question: str
-    answer: str
-    prediction: str
-    stop_reason: str
-    seconds: float
-    counters: dict[str, Any]
-    notes: list[str]
-    trace: dict[str, Any] | None = None
-    viewer: str = Field(description="Path of this answer's page in the trace viewer.")
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    role: str
-    content: str | list[dict[str, Any]] | None = None
-
-
-class ChatRequest(BaseModel):
-    """The OpenAI chat request; sampling fields are accepted and ignored (the method decides)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    model: str
-    messages: list[ChatMessage]
-    stream: bool = False
-
-
-class ErrorBody(BaseModel):
-    error: dict[str, Any]
 
 
 # ------------------------------------------------------------------------------------------------------------
