@@ -9,164 +9,20 @@ from __future__ import annotations
 
 import hmac
 import json
-import logging
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from quco.errors import ConfigError, InputError, QucoError
+from quco.errors import ConfigError
 from quco.inputs import text_problem
+from quco.serve.http_errors import HTTPFailure, failure_for, install_error_handlers
+from quco.serve.middleware import AccessLogMiddleware, BodyLimitMiddleware
 from quco.serve.schemas import AnswerRequest, AnswerResponse, ChatMessage, ChatRequest, ErrorBody
-from quco.serve.service import AnswerService, AnswerTimeout, Overloaded, ServeSettings
+from quco.serve.service import AnswerService, ServeSettings
 from quco.serve.viewer import viewer_html
-
-access_log = logging.getLogger("quco.serve.access")
-log = logging.getLogger(__name__)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Errors in the OpenAI shape, so that OpenAI clients raise their usual exceptions with our message.
-
-
-class HTTPFailure(Exception):
-    def __init__(self, status: int, message: str, code: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.code, self.headers = status, message, code, headers or {}
-
-
-def _error(status: int, message: str, code: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    body = {"error": {"message": message, "type": kind, "code": code}}
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-def _failure_for(exc: Exception) -> HTTPFailure:
-    from quco.llm.openai_compat import LLMServerError
-
-    if isinstance(exc, Overloaded):
-        return HTTPFailure(429, str(exc), "overloaded", {"Retry-After": "1"})
-    if isinstance(exc, AnswerTimeout):
-        return HTTPFailure(504, str(exc), "timeout")
-    if isinstance(exc, LLMServerError):
-        return HTTPFailure(502, f"the LLM server failed: {exc}", "llm_server_error")
-    if isinstance(exc, (InputError, ConfigError)):
-        return HTTPFailure(400, str(exc), "invalid_request")
-    if isinstance(exc, QucoError):
-        return HTTPFailure(500, str(exc), "pipeline_error")
-    log.exception("unexpected error while answering", exc_info=exc)
-    return HTTPFailure(500, f"internal error ({type(exc).__name__}); see the server log", "internal_error")
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Middleware: body size limit and structured access logs (no headers, no query strings, no bodies).
-
-
-class BodyLimitMiddleware:
-    """Refuse request bodies over ``limit`` bytes with 413, whether or not they declare a Content-Length.
-
-    The body is read here, up to the limit, and replayed to the app: an error raised while the app reads it
-    would be turned into a generic 400 by FastAPI's body parsing.
-    """
-
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await _send_json(send, 413, self._message(int(declared)))
-            return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await _send_json(send, 413, self._message(size))
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        replayed = False
-
-        async def replay() -> dict:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    def _message(self, size: int) -> dict:
-        return {
-            "error": {
-                "message": f"request body of {size}+ bytes is over the limit of {self.limit} bytes",
-                "type": "invalid_request_error",
-                "code": "body_too_large",
-            }
-        }
-
-
-async def _send_json(send: Callable, status: int, body: dict) -> None:
-    raw = json.dumps(body).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": raw})
-
-
-class AccessLogMiddleware:
-    """One JSON line per request: id, method, path (no query), status, milliseconds, client, auth outcome."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request_id = uuid.uuid4().hex[:12]
-        scope.setdefault("state", {})["request_id"] = request_id
-        start = time.perf_counter()
-        status = 500
-
-        async def logging_send(message: dict) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                message.setdefault("headers", []).append((b"x-request-id", request_id.encode()))
-            await send(message)
-
-        try:
-            await self.app(scope, receive, logging_send)
-        finally:
-            client = scope.get("client")
-            record = {
-                "request_id": request_id,
-                "method": scope.get("method"),
-                "path": scope.get("path"),
-                "status": status,
-                "ms": round((time.perf_counter() - start) * 1000, 1),
-                "client": client[0] if client else None,
-                "auth": scope["state"].get("auth", "none"),
-            }
-            for key in ("quco_method", "trace_id"):
-                if key in scope["state"]:
-                    record[key] = scope["state"][key]
-            access_log.info(json.dumps(record))
-
 
 # ------------------------------------------------------------------------------------------------------------
 # The app.
@@ -220,26 +76,7 @@ def create_app(settings: ServeSettings | None = None, service: AnswerService | N
             raise HTTPFailure(401, "invalid bearer token", "unauthorized", {"WWW-Authenticate": "Bearer"})
         state["auth"] = "ok"
 
-    @app.exception_handler(HTTPFailure)
-    async def _on_failure(_: Request, exc: HTTPFailure) -> JSONResponse:
-        return _error(exc.status, exc.message, exc.code, exc.headers)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        # FastAPI's own errors (unknown route, unreadable body) in the same shape as ours
-        message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
-        if exc.status_code == 400 and "parsing the body" in message:
-            message = "the request body is not valid JSON in UTF-8"
-        code = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}.get(
-            exc.status_code, "error"
-        )
-        return _error(exc.status_code, message, code, getattr(exc, "headers", None))
-
-    @app.exception_handler(RequestValidationError)
-    async def _on_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        err = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-        where = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
-        return _error(422, f"invalid request: {where}: {err.get('msg')}", "invalid_request")
+    install_error_handlers(app)
 
     def _check_question(question: str) -> str:
         if not question or not question.strip():
@@ -259,7 +96,7 @@ def create_app(settings: ServeSettings | None = None, service: AnswerService | N
         try:
             answered = await service.answer(question, method, timeout_s)
         except Exception as exc:  # noqa: BLE001 - every failure becomes one clear HTTP error
-            raise _failure_for(exc) from exc
+            raise failure_for(exc) from exc
         request.scope["state"]["quco_method"] = answered.method
         request.scope["state"]["trace_id"] = answered.id
         return answered
