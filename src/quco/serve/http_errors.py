@@ -17,7 +17,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from quco.errors import ConfigError, InputError, QucoError
 from quco.serve.service import AnswerTimeout, Overloaded
 
-log = logging.getLogger(__name__)
+# Unexpected failures go to the app's logger, so the server's errors have one logger name to filter on.
+log = logging.getLogger("quco.serve.app")
 
 
 class HTTPFailure(Exception):
