@@ -6,9 +6,9 @@ through ``quco eval``'s own code path, once per mode, in one run:
 
     off       1 process, 1 thread; every prompt evaluated in full: the savings switched off
     legacy    1 process, 1 thread; the previous rule: reuse whole 512-token batches of the last prompt
-    reuse     1 process, 1 thread; the exemplar prefix's saved state and the last prompt's state (default)
-    threads2  1 process, 2 threads; reuse
-    procs2    2 worker processes with 1 thread each (`quco eval --workers 2`, the default on 2 cores); reuse
+    reuse     1 process, 1 thread; the exemplar prefix's saved state and the last prompt's state (the generator's default)
+    threads2  1 process, 2 threads; reuse (`quco eval`'s default on 2 cores)
+    procs2    2 worker processes with 1 thread each (`quco eval --workers 2`); reuse
     seq2      2 sequences decoded in parallel in one llama.cpp context: llama.cpp's llama-server with
               --parallel 2 and 2 threads, reached through the openai backend by 2 worker threads
 

@@ -223,8 +223,8 @@ def eval_cli(
     workers: Annotated[
         int | None,
         typer.Option(
-            help="Questions answered concurrently (backends that allow it); llamacpp: worker processes, "
-            "default one per core; others: default 1."
+            help="Questions answered concurrently (backends that allow it; default 1); llamacpp: worker "
+            "processes sharing the cores as threads."
         ),
     ] = None,
     resume: Annotated[

@@ -25,6 +25,7 @@ from quco.answer import STRICT, AnswerProtocol
 from quco.config import PipelineConfig
 from quco.datasets import Example
 from quco.errors import QucoError
+from quco.machine import usable_cores
 from quco.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -36,19 +37,6 @@ R = TypeVar("R")
 PROCESS_BACKENDS = ("llamacpp",)
 
 _WORKER: dict[str, Any] = {}  # the pipeline of this worker process (set by _init)
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def default_workers(backend: str | None) -> int:
-    """Questions answered at once when ``--workers`` is not given: one process per core for ``llamacpp``
-    (measured fastest on 2 cores, see docs/evaluation_model.md), else 1."""
-    return usable_cores() if backend in PROCESS_BACKENDS else 1
 
 
 class WorkerError(QucoError):
@@ -175,7 +163,5 @@ __all__ = [
     "bounded_as_completed",
     "ProcessWorkers",
     "WorkerError",
-    "default_workers",
     "process_workers",
-    "usable_cores",
 ]

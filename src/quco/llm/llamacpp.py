@@ -38,6 +38,7 @@ from quco.llm.base import (
 )
 from quco.llm.batching import batch_ends, common_prefix, reusable
 from quco.llm.models import default_gguf_path, named_gguf
+from quco.machine import usable_cores
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +180,7 @@ class LlamaCppGenerator(GeneratorBase):
             llama = llama_cpp.Llama(
                 model_path=str(path),
                 n_ctx=config.max_context_tokens,
-                n_threads=config.threads or None,
+                n_threads=config.threads or usable_cores(),  # every core (llama-cpp-python would take half)
                 n_batch=BATCH_TOKENS,
                 n_ubatch=BATCH_TOKENS,
                 logits_all=False,
