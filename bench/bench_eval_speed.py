@@ -43,8 +43,10 @@ import httpx
 from quco.config import PipelineConfig, load_config
 from quco.eval.runner import run_eval
 from quco.eval.runs import RESULTS_FILE
-from quco.llm.llama_server import _free_port
 from quco.llm.models import known_model, model_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support
+from support.llama_server import _free_port  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 MODEL = "qwen2.5-1.5b-instruct"

@@ -1,5 +1,8 @@
 """A local OpenAI-compatible llama.cpp server (``python -m llama_cpp.server``) in a child process, started and
-stopped by its owner: the tests and benchmarks of the 'openai' backend and of ``quco serve``, and local use."""
+stopped by its owner: the tests and benchmarks of the 'openai' backend and of ``quco serve``.
+
+It lives beside the tests, not in the library: nothing in ``quco`` starts a server. The benchmarks import it
+from here (``bench/`` puts the repository root on ``sys.path``)."""
 
 from __future__ import annotations
 
