@@ -17,7 +17,6 @@ from quco.config import GeneratorConfig, PipelineConfig, load_config
 from quco.errors import CapabilityError, ConfigError
 from quco.llm import Capability, Generation, build_generator
 from quco.llm.base import Prompt
-from quco.llm.llama_server import LlamaServer, ServedModel
 from quco.llm.llamacpp import LlamaCppGenerator
 from quco.llm.models import default_gguf_path
 from quco.llm.openai_compat import OpenAICompatGenerator, approx_entropy
@@ -25,6 +24,7 @@ from quco.methods import method_class
 from quco.pipeline import Pipeline
 from quco.prompts import build_prompt, load_exemplars, load_template
 from quco.retrieval.base import Passage
+from support.llama_server import LlamaServer, ServedModel
 
 pytestmark = pytest.mark.model
 
