@@ -75,7 +75,7 @@ def phase_breakdown(question: str) -> dict:
     cfg = load_config()
     models = hf._models_dir()
     out_dir = models / hf._DEFAULT_HF_DIR
-    gguf = timed("assemble GGUF from the package", lambda: hf._assemble_default_gguf(models))
+    gguf = timed("assemble GGUF from the package", hf.default_gguf_path)
     timed("convert GGUF (total)", lambda: hf._ensure_converted(out_dir, lambda: gguf))
     marker = json.loads((out_dir / hf._MARKER).read_text(encoding="utf-8"))
     conversion = marker.get("seconds", {})

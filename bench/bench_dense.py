@@ -30,7 +30,7 @@ import numpy as np
 from quco.paths import cache_dir, data_dir
 from quco.retrieval.bm25 import ensure_index
 from quco.retrieval.dense import DenseRetriever, Embedder, build_dense_index
-from quco.triggers.dtr import AIS_SCORES, ais_select, mean_nll
+from quco.signals.dtr import AIS_SCORES, ais_select, mean_nll
 
 POOL = "hotpotqa/corpus/hotpot_dev_first500_pooled_paragraphs.jsonl.gz"
 DEV = "hotpotqa/hotpot_dev_0_300_unified.jsonl"

@@ -4,7 +4,14 @@ Each phase runs in its own process so that load times and peak memory are those 
 ``convert`` converts the bundled GGUF into a fresh temporary cache (skip with ``--skip-convert``), ``cached``
 loads from the normal cache (``quco.paths.cache_dir()``) and measures generation and analysis.
 
+``--llamacpp MODEL`` instead measures the llama.cpp backend on a model (e.g. ``qwen2.5-1.5b-instruct``, the
+evaluation model, or ``gemma3-270m``): prompt evaluation of a real 8-exemplar HotpotQA prompt with passages in
+batches of 256, 512 and 1024 tokens, the same prompt with its exemplars from the saved prefix state, the size
+and save/restore cost of that state, and greedy decoding, in CPU seconds (what the machine's load barely
+changes) beside wall seconds.
+
     python bench/bench_llm.py [--threads N] [--skip-convert] [--new-tokens 64]
+    python bench/bench_llm.py --llamacpp qwen2.5-1.5b-instruct [--threads 1]
 """
 
 from __future__ import annotations
@@ -107,6 +114,91 @@ def phase_cached(threads: int | None, new_tokens: int) -> dict:
     return out
 
 
+def _llamacpp_prompt():  # noqa: ANN202 - a quco.llm.base.Prompt
+    """SR-RAG's first prompt for HotpotQA dev question 0: 8 exemplars, its 3 first paragraphs, the question."""
+    from quco.paths import data_dir
+    from quco.prompts import build_prompt, load_exemplars, load_template
+    from quco.retrieval.base import Passage
+
+    with (data_dir() / "hotpotqa" / "hotpot_dev_0_300_unified.jsonl").open(encoding="utf-8") as fh:
+        row = json.loads(fh.readline())
+    docs = [Passage(str(i), p["title"], p["text"]) for i, p in enumerate(row["context_paragraphs"][:3])]
+    return build_prompt(
+        row["question"], load_exemplars("builtin:hotpotqa")[:8], load_template("baseline"), docs
+    )
+
+
+def phase_llamacpp(model: str, threads: int | None, new_tokens: int) -> dict:
+    from quco.config import GeneratorConfig
+    from quco.llm import build_generator
+
+    gen = build_generator(GeneratorConfig(backend="llamacpp", model=model, threads=threads or 1))
+    prompt = _llamacpp_prompt()
+    out: dict = {"model": model, "threads": threads or 1}
+
+    def timed(fn):  # noqa: ANN001, ANN202
+        start, cpu = time.perf_counter(), time.process_time()
+        value = fn()
+        return value, time.perf_counter() - start, time.process_time() - cpu
+
+    gen.reuse = False
+    for chunk in (256, 512, 1024):
+        gen.chunk = chunk
+        g, wall, cpu = timed(lambda: gen.generate(prompt, max_new_tokens=1)[0])
+        out["prompt_tokens"], out["shared_tokens"] = g.prompt_tokens, gen._key and len(gen._key)
+        out[f"prefill_{chunk}_s"], out[f"prefill_{chunk}_cpu_s"] = wall, cpu
+        out[f"prefill_{chunk}_tok_per_cpu_s"] = g.prompt_tokens / cpu
+    gen.reuse = True
+    gen.generate(prompt, max_new_tokens=1)  # saves the exemplar state
+    gen.generate("An unrelated prompt.", max_new_tokens=1)
+    g, out["prefill_reuse_s"], out["prefill_reuse_cpu_s"] = timed(
+        lambda: gen.generate(prompt, max_new_tokens=1)[0]
+    )
+    out["prefill_reuse_evaluated"] = g.prompt_tokens_evaluated
+    state = next(iter(gen._states.values()))
+    out["state_mb"] = len(state) / 2**20
+    key = next(iter(gen._states))
+    _, out["state_save_ms"], _ = timed(gen._save)
+    _, out["state_restore_ms"], _ = timed(lambda: gen._restore(state, key))
+    out["state_save_ms"] *= 1000
+    out["state_restore_ms"] *= 1000
+    # decoding: a short prompt that keeps going, with 1 and with new_tokens tokens; the difference is decoding
+    counting = "Counting from 1 to 500: " + ", ".join(str(i) for i in range(1, 21)) + ","
+    for label, kw in (("plain", {}), ("scores", {"logprobs": True, "entropy": True})):
+        _, wall1, cpu1 = timed(lambda kw=kw: gen.generate(counting, max_new_tokens=1, **kw))
+        g, wall, cpu = timed(lambda kw=kw: gen.generate(counting, max_new_tokens=new_tokens, **kw)[0])
+        n = len(g.token_ids) - 1
+        out[f"decode_{label}_tokens"] = n
+        out[f"decode_{label}_tok_s"] = n / (wall - wall1)
+        out[f"decode_{label}_cpu_ms_per_tok"] = 1000 * (cpu - cpu1) / n
+    out["peak_rss_mb"] = _peak_rss_mb()
+    return out
+
+
+def _print_llamacpp(r: dict) -> None:
+    print(f"llama.cpp, {r['model']}, {r['threads']} thread(s): prompt of {r['prompt_tokens']} tokens, "
+          f"{r['shared_tokens']} of them exemplars")  # fmt: skip
+    for chunk in (256, 512, 1024):
+        print(
+            f"  prompt in batches of {chunk:4d}: {r[f'prefill_{chunk}_s']:6.1f} s, "
+            f"{r[f'prefill_{chunk}_cpu_s']:6.1f} CPU s, {r[f'prefill_{chunk}_tok_per_cpu_s']:5.1f} tokens per CPU s"
+        )
+    print(
+        f"  exemplars from the saved state: {r['prefill_reuse_s']:6.1f} s, {r['prefill_reuse_cpu_s']:6.1f} CPU s, "
+        f"{r['prefill_reuse_evaluated']} tokens evaluated"
+    )
+    print(
+        f"  saved exemplar state: {r['state_mb']:.1f} MB, save {r['state_save_ms']:.0f} ms, "
+        f"restore {r['state_restore_ms']:.0f} ms"
+    )
+    for label, what in (("plain", "text only"), ("scores", "logprobs + entropy")):
+        print(
+            f"  greedy decoding, {what}: {r[f'decode_{label}_tok_s']:.1f} tok/s, "
+            f"{r[f'decode_{label}_cpu_ms_per_tok']:.0f} CPU ms per token ({r[f'decode_{label}_tokens']} tokens)"
+        )
+    print(f"  peak RSS: {r['peak_rss_mb']:.0f} MB")
+
+
 def _run_phase(phase: str, args: argparse.Namespace, env: dict[str, str]) -> dict:
     cmd = [sys.executable, __file__, "--phase", phase, "--new-tokens", str(args.new_tokens)]
     if args.threads:
@@ -123,7 +215,15 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--skip-convert", action="store_true")
     parser.add_argument("--phase", choices=["convert", "cached"], help=argparse.SUPPRESS)
+    parser.add_argument("--llamacpp", metavar="MODEL", help="measure the llama.cpp backend on MODEL instead")
     args = parser.parse_args()
+
+    if args.llamacpp:
+        print(f"load average at start: {os.getloadavg()[0]:.2f}")
+        result = phase_llamacpp(args.llamacpp, args.threads, args.new_tokens)
+        print(f"load average at end:   {os.getloadavg()[0]:.2f}")
+        _print_llamacpp(result)
+        return
 
     if args.phase == "convert":
         print(json.dumps(phase_convert(args.threads)))

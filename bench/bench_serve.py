@@ -31,8 +31,11 @@ from typing import Any
 import httpx
 
 from quco.config import PipelineConfig, load_config
-from quco.llm.llamacpp import LlamaServer, ServedModel, _free_port, default_gguf_path
+from quco.llm.models import default_gguf_path
 from quco.paths import data_dir
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support
+from support.llama_server import LlamaServer, ServedModel, _free_port  # noqa: E402
 
 HOTPOT_DEV = "hotpotqa/hotpot_dev_0_300_unified.jsonl"
 

@@ -26,21 +26,22 @@ import quco.pipeline
 from quco.config import GeneratorConfig, load_config
 from quco.engine.loop import join_text
 from quco.errors import CapabilityError, ConfigError
+from quco.eval.runs import load_traces
 from quco.llm.base import Analysis, Capability, Generation
 from quco.pipeline import Pipeline, shared_generator
 from quco.retrieval.base import Passage
-from quco.trace import Trace
-from quco.triggers import (
+from quco.signals import (
     aggregate,
     entropy_differences,
     first_crossing,
-    rate_from_run,
-    replay,
     rind_values,
     sentence_values,
     smooth_second_order,
-    uniform_draw,
 )
+from quco.signals.chance import retrieval_rate, uniform_draw
+from quco.signals.record import step_fired_at
+from quco.signals.replay import replay
+from quco.trace import Trace
 
 pytestmark = pytest.mark.model
 
@@ -173,12 +174,14 @@ def check_common(run: Run) -> None:
     assert [q for s in t.steps if s.decision == "retrieve" for q in s.queries] == log.queries
     # the decision at each step is the one its recorded scores imply
     for step in t.steps:
-        trigger = step.signals.get("trigger")
+        for record in step.triggers:
+            assert record.fired_at == first_crossing(
+                record.scores, record.threshold, record.rule, record.forced
+            )
         if step.stage != "generate" or not step.draft:
             continue
-        assert trigger is not None, f"step {step.index} of {t.method} records no trigger"
-        at = first_crossing(trigger["scores"], trigger["threshold"], trigger["rule"])
-        assert trigger["fired_at"] == at
+        assert step.triggers, f"step {step.index} of {t.method} records no trigger"
+        at = step_fired_at(step.triggers)
         if step.signals.get("suppressed"):  # crossed, but the method may not act (SeaKR: repeated query)
             assert at is not None and step.decision != "retrieve"
             continue
@@ -194,7 +197,7 @@ def generate_steps(run: Run) -> list[Any]:
 
 
 def flagged(step: Any) -> dict:
-    return step.signals["sentences"][step.signals["trigger"]["fired_at"]]
+    return step.signals["sentences"][step.triggers[0].fired_at]
 
 
 def squeeze(text: str) -> str:
@@ -239,17 +242,17 @@ def test_flare_signals_decisions_and_masked_query(flare_runs: list[Run]) -> None
     for run in flare_runs:
         check_common(run)
         for step in generate_steps(run):
-            trig = step.signals["trigger"]
+            trig = step.triggers[0]
             for cand in step.signals["sentences"]:
                 # the score is the mean of the recorded 1 - p values of the sentence's tokens
                 assert cand["score"] == pytest.approx(aggregate(cand["uncertainty"], "avg"), abs=2e-6)
                 assert all(0 <= u <= 1 for u in cand["uncertainty"])
-            if trig["fired_at"] is None:
-                assert all(s <= 0.1 for s in trig["scores"])
+            if trig.fired_at is None:
+                assert all(s <= 0.1 for s in trig.scores)
                 continue
             fired += 1
             cand = flagged(step)
-            assert all(s <= 0.1 for s in trig["scores"][: trig["fired_at"]])
+            assert all(s <= 0.1 for s in trig.scores[: trig.fired_at])
             # query: the flagged sentence without its over-threshold tokens
             masked = squeeze(
                 "".join(
@@ -269,7 +272,7 @@ def test_flare_signals_decisions_and_masked_query(flare_runs: list[Run]) -> None
 def test_flare_threshold_sweep_matches_a_rerun(flare_runs: list[Run], build: Any) -> None:
     """Replay the recorded scores at a new threshold, then re-run the model at that threshold."""
     run = max(flare_runs, key=lambda r: len(generate_steps(r)))
-    scores = sorted({s for st in generate_steps(run) for s in st.signals["trigger"]["scores"]})
+    scores = sorted({s for st in generate_steps(run) for s in st.triggers[0].scores})
     options = [x + 1e-6 for x in scores] + [x - 1e-6 for x in scores]
     # the new threshold whose first changed decision comes latest (the longest certain prefix)
     best = max(
@@ -283,14 +286,17 @@ def test_flare_threshold_sweep_matches_a_rerun(flare_runs: list[Run], build: Any
     original = generate_steps(run)
     for k in range(best.exact_steps):
         d = best.decisions[k]
-        trig = steps[k].signals["trigger"]
-        assert trig["scores"] == original[k].signals["trigger"]["scores"]
-        assert (steps[k].decision == "retrieve", trig["fired_at"]) == (d.fire, d.at)
+        trig = steps[k].triggers[0]
+        assert trig.scores == original[k].triggers[0].scores
+        assert (steps[k].decision == "retrieve", trig.fired_at) == (d.fire, d.at)
 
 
 def test_flare_look_ahead_retrieves_with_the_question_first(build: Any, hotpot_dev: list[dict]) -> None:
     bundle = build("flare", {"mode": "look_ahead", "aggregate": "max", "threshold": 0.6})
-    assert (bundle.pipe.method.unit, bundle.pipe.method.keep_rule) == ("sentence", "first_sentence")
+    assert (bundle.pipe.method.shape.unit, bundle.pipe.method.shape.keep_rule) == (
+        "sentence",
+        "first_sentence",
+    )
     run = bundle.answer(hotpot_dev[0]["question"])
     check_common(run)
     first = run.trace.steps[0]
@@ -316,13 +322,13 @@ def test_dragin_signals_decisions_and_query(dragin_runs: list[Run]) -> None:
         analyses = 0
         for step in generate_steps(run):
             analyses += 1
-            trig = step.signals["trigger"]
+            trig = step.triggers[0]
             for cand in step.signals["sentences"]:
                 values = rind_values(cand["attention"], cand["entropy"])
                 assert cand["values"] == pytest.approx(values, rel=1e-3, abs=1e-5)
                 assert cand["score"] == max(cand["values"])
-            if trig["fired_at"] is None:
-                assert all(s <= 1.3 for s in trig["scores"])
+            if trig.fired_at is None:
+                assert all(s <= 1.3 for s in trig.scores)
                 continue
             fired += 1
             analyses += 1  # the query re-read
@@ -373,9 +379,9 @@ def test_etc_trend_signals_decisions_and_query(build: Any, hotpot_dev: list[dict
                 assert c["values"] == pytest.approx(
                     sentence_values(c["attention"], c["m"]), rel=1e-3, abs=1e-5
                 )
-            trig = step.signals["trigger"]
-            if trig["fired_at"] is None:
-                assert all(s <= 0.5 for s in trig["scores"])
+            trig = step.triggers[0]
+            if trig.fired_at is None:
+                assert all(s <= 0.5 for s in trig.scores)
                 continue
             fired += 1
             cand = flagged(step)
@@ -406,7 +412,7 @@ def test_fixed_schedule_retrieves_after_every_unit(method: str, build: Any, hotp
         assert first.stage == "before" and first.queries == [run.question]
         steps = generate_steps(run)
         for step in steps:
-            final = step.signals["trigger"].get("final", False)
+            final = step.triggers[0].detail.get("final", False)
             assert (step.decision == "retrieve") == (not final)
             if not final:
                 assert step.queries == [step.draft]  # the unit just written is the next query
@@ -416,7 +422,7 @@ def test_fixed_schedule_retrieves_after_every_unit(method: str, build: Any, hotp
         if method == "fl-rag":
             assert all(n <= 16 for n in run.log.max_new_tokens)
         # no retrieval after the last unit: nothing would use it
-        if steps and steps[-1].signals["trigger"].get("final"):
+        if steps and steps[-1].triggers[0].detail.get("final"):
             assert run.trace.counters.retrievals == 1 + sum(s.decision == "retrieve" for s in steps)
 
 
@@ -432,45 +438,47 @@ def test_random_trigger_draws_are_seeded_per_question(
         check_common(run)
         seen = 0
         for step in generate_steps(run):
-            trig = step.signals["trigger"]
-            idx = trig["candidates"]
+            trig = step.triggers[0]
+            idx = trig.detail["candidates"]
             assert idx == list(range(seen, seen + len(idx)))  # candidate points counted over the question
-            assert trig["scores"] == [round(uniform_draw(3, run.question, i), 6) for i in idx]
-            at = trig["fired_at"]
+            assert trig.scores == [round(uniform_draw(3, run.question, i), 6) for i in idx]
+            at = trig.fired_at
             seen += at + 1 if at is not None else len(idx)
             if at is not None:
-                assert trig["scores"][at] < 0.5 and all(s >= 0.5 for s in trig["scores"][:at])
+                assert trig.scores[at] < 0.5 and all(s >= 0.5 for s in trig.scores[:at])
                 sentence = step.signals["flagged_sentence"]
                 assert sentence in step.draft and step.queries == [sentence]
     # the same question gives the same draws and decisions, whatever ran before it
     again = bundle.answer(runs[0].question)
-    assert [s.signals for s in again.trace.steps] == [s.signals for s in runs[0].trace.steps]
+    assert [(s.signals, s.triggers) for s in again.trace.steps] == [
+        (s.signals, s.triggers) for s in runs[0].trace.steps
+    ]
     # p from another run's observed retrieval rate
     results = tmp_path / "results.jsonl"
     results.write_text("".join(json.dumps({"trace": r.trace.to_dict()}) + "\n" for r in flare_runs))
     matched = build("random", {"match_run": str(results)})
-    rate = rate_from_run(results)
+    rate = retrieval_rate(load_traces(results))
     assert matched.pipe.method.p == rate.per_candidate and 0 < rate.per_candidate <= 1
 
 
 def test_random_trigger_with_the_black_box_loop(build: Any, hotpot_dev: list[dict]) -> None:
     """unit: sentence = one check per drafted sentence, the temporary sentence dropped and searched with."""
     bundle = build("random", {"p": 0.5, "seed": 1, "unit": "sentence", "sentence_tokens": 16})
-    assert bundle.pipe.method.unit == "sentence" and bundle.pipe.method.draft_docs
+    assert bundle.pipe.method.shape.unit == "sentence" and bundle.pipe.method.shape.draft_docs == "latest"
     fired = 0
     for run in answer_all(bundle, hotpot_dev[:2]):
         check_common(run)
         steps = generate_steps(run)
         for i, step in enumerate(steps):
-            trig = step.signals["trigger"]
-            assert trig["candidates"] == [i]  # one candidate per check, every sentence (answer too)
-            assert trig["scores"] == [round(uniform_draw(1, run.question, i), 6)]
+            trig = step.triggers[0]
+            assert trig.detail["candidates"] == [i]  # one candidate per check, every sentence (answer too)
+            assert trig.scores == [round(uniform_draw(1, run.question, i), 6)]
             if step.decision == "retrieve":
                 fired += 1
-                assert trig["scores"][0] < 0.5 and step.queries == [step.draft]
+                assert trig.scores[0] < 0.5 and step.queries == [step.draft]
                 assert step.kept.split()[:1] == step.regenerated.split()[:1]  # the regenerated sentence
             else:
-                assert trig["scores"][0] >= 0.5 and step.kept == step.draft
+                assert trig.scores[0] >= 0.5 and step.kept == step.draft
         assert bundle.log.max_new_tokens and max(bundle.log.max_new_tokens) <= 16
     assert fired > 0
 
@@ -484,15 +492,23 @@ def test_seakr_eigenscore_trigger_sure_word_query_and_reranking(build: Any, hotp
     assert bundle.pipe.method.layer == 9  # the middle of Gemma-3-270m's 18 layers
     run = bundle.answer(hotpot_dev[0]["question"])
     check_common(run)
-    estimates = 0
+    final = run.trace.steps[-1]
+    assert final.stage == "after"  # the final self-aware reasoning: two answers, the less uncertain kept
+    chain, passages = final.signals["chain"], final.signals["passages"]
+    kept = chain if final.signals["kept"] == "chain" else passages
+    assert kept["eigen_score"] == min(c["eigen_score"] for c in (chain, passages) if c["answer"])
+    assert run.trace.prediction == final.kept and run.trace.prediction.endswith(
+        f"So the answer is {kept['answer']}."
+    )
+    estimates = 2
     for step in generate_steps(run):
         sig = step.signals
         if sig.get("answer"):
-            assert sig["trigger"]["scores"] == []
+            assert step.triggers[0].scores == []
             continue
         estimates += 1
         eig = sig["eigen_score"]
-        assert math.isfinite(eig) and sig["trigger"]["scores"] == [eig]
+        assert math.isfinite(eig) and step.triggers[0].scores == [eig]
         assert (step.decision == "retrieve") == (eig > -6.0)
         assert len(sig["samples"]) <= n
         if step.decision != "retrieve":

@@ -14,7 +14,10 @@ import numpy as np
 import pytest
 import yaml
 
-from quco.blackbox import (
+from quco.errors import ConfigError
+from quco.llm.base import Generation
+from quco.paths import data_dir
+from quco.signals.sampled import (
     EmbeddingSimilarity,
     JaccardSimilarity,
     JudgeSimilarity,
@@ -34,10 +37,7 @@ from quco.blackbox import (
     yes_no_from_logprobs,
     yes_no_probability,
 )
-from quco.blackbox.similarity import load_sentence_model, nli_label_ids
-from quco.errors import ConfigError
-from quco.llm.base import Generation
-from quco.paths import data_dir
+from quco.signals.sampled.similarity import load_sentence_model, nli_label_ids
 
 HOTPOT_DEV = "hotpotqa/hotpot_dev_0_300_unified.jsonl"
 HOTPOT_CORPUS = "hotpotqa/corpus/hotpot_dev_first500_pooled_paragraphs.jsonl.gz"
@@ -276,7 +276,7 @@ def tiny_nli_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from quco.blackbox.similarity import bundled_embedding_model
+    from quco.signals.sampled.similarity import bundled_embedding_model
 
     out = tmp_path_factory.mktemp("tiny-nli")
     tokenizer = AutoTokenizer.from_pretrained(bundled_embedding_model())
@@ -397,12 +397,24 @@ def test_threshold_for_rate_with_ties():
 
 def test_check_score_of_recorded_triggers():
     from quco.errors import QucoError
-    from quco.eval.calibrate import check_score
+    from quco.eval.calibrate import check_score, fire_rate, threshold_for_rate
+    from quco.signals.record import TriggerRecord
 
-    assert check_score({"rule": "above", "scores": [0.2, 0.7, 0.1]}) == 0.7
-    assert check_score({"rule": "abs_above", "scores": [0.2, -0.9]}) == 0.9
-    with pytest.raises(QucoError, match="rule 'below'"):
-        check_score({"rule": "below", "scores": [0.2]})
+    def rec(rule: str, scores: list) -> TriggerRecord:
+        return TriggerRecord.decide("u", rule, 0.0, scores, "sentence")
+
+    assert check_score(rec("above", [0.2, 0.7, 0.1])) == 0.7
+    assert check_score(rec("abs_above", [0.2, -0.9])) == 0.9
+    # a "below" rule (QuCo-RAG's counts) is decided by its smallest score, an unknown one has none
+    assert check_score(rec("below", [20.0, None, 3.0])) == 3.0
+    assert check_score(rec("at_least", [0.2, 0.5])) == 0.5
+    with pytest.raises(QucoError, match="rule 'always'"):
+        check_score(rec("always", [0.2]))
+    # rates for a "below" rule: the share of scores strictly below θ
+    counts = [0.0, 5.0, 50.0, 500.0]
+    assert threshold_for_rate(counts, 0.5, "below") == 50.0 and fire_rate(counts, 50.0, "below") == 0.5
+    assert fire_rate(counts, threshold_for_rate(counts, 0.0, "below"), "below") == 0.0
+    assert fire_rate(counts, threshold_for_rate(counts, 1.0, "below"), "below") == 1.0
 
 
 def test_best_candidate_prefers_em_then_fewer_retrievals():
@@ -539,7 +551,8 @@ def test_check_counts_every_sample_and_judge_call(pipe, hotpot_rows: list[dict],
     assert sig["n"] == len(sig["samples"]) == N and 1 <= m <= N
     assert counters.llm_calls == {"main": 1, "sampler": N}
     assert counters.generated_tokens["sampler"] >= N  # every sample's tokens are counted
-    assert 1 <= sig["score"] <= m and check.fire == (sig["score"] > 1.0)
+    u = check.triggers[0].scores[0]
+    assert 1 <= u <= m and check.fire == (u > 1.0) and check.triggers[0].signal == "num_sem_sets"
     # Same seed, same question, same prefix: the same samples again (a rerun is reproducible).
     assert method.sample(draft, question, ctx) == sig["samples"]
     assert counters.llm_calls["sampler"] == 2 * N
@@ -623,7 +636,7 @@ def test_loop_end_to_end_on_two_hotpotqa_questions(pipe, hotpot_rows: list[dict]
         trace = pipe.answer(row["question"])
         assert trace.prediction.strip(), trace.to_json()
         steps = [s for s in trace.steps if s.stage == "generate"]
-        checks = [s for s in steps if "score" in s.signals]
+        checks = [s for s in steps if s.triggers]
         fired = [s for s in checks if s.decision == "retrieve"]
         assert checks, trace.to_json()
         c = trace.counters
@@ -634,8 +647,11 @@ def test_loop_end_to_end_on_two_hotpotqa_questions(pipe, hotpot_rows: list[dict]
         for s in checks:
             sig = s.signals
             assert sig["estimator"] == params["estimator"] and sig["n"] == N == len(sig["samples"])
-            assert (s.decision == "retrieve") == (sig["score"] > params["threshold"])
-            assert sig["trigger"]["scores"] == [sig["score"]] and sig["trigger"]["rule"] == "above"
+            record = s.triggers[0]
+            assert (s.decision == "retrieve") == (record.scores[0] > params["threshold"])
+            assert (
+                record.rule == "above" and record.threshold == params["threshold"] and len(record.scores) == 1
+            )
             if s.decision == "retrieve":
                 # The temporary sentence is the query; one without a word falls back to the question.
                 assert s.queries == ([s.draft] if re.search(r"\w", s.draft) else [row["question"]])
@@ -722,7 +738,7 @@ def test_calibrate_from_a_recorded_pass_matches_fresh_passes(pipe, tmp_path: Pat
     theta = threshold_for_rate(parts[0] + parts[1], 0.5)
     assert (
         f"threshold {theta:.6g}" in out.output
-        and f"{len(parts[0]) + len(parts[1])} checks of 2" in out.output
+        and f"{len(parts[0]) + len(parts[1])} decisions of 2" in out.output
     )
     note = written.read_text(encoding="utf-8")
     assert "questions 0:1 (recorded pass pass), 1:2 (recorded pass pass-2)" in note

@@ -14,7 +14,7 @@ from quco.methods import method_class
 from quco.methods.dtr import DTR, as_prediction, short_answer
 from quco.pipeline import Pipeline
 from quco.retrieval.dense import DenseRetriever
-from quco.triggers.dtr import ais_alpha, ais_score, ais_select, mean_nll, ugt_decision
+from quco.signals.dtr import ais_alpha, ais_score, ais_select, mean_nll, ugt_decision
 from test_dense import shared_dense_index
 
 # -- UGT ----------------------------------------------------------------------------------------------------
@@ -139,7 +139,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Pipel
 def _with(pipeline: Pipeline, **params: object) -> Pipeline:
     """Another DTR variant on the same loaded model and dense index."""
     method = DTR({**pipeline.method.params.model_dump(), **params})
-    parts = replace(pipeline.parts, extras=dict(pipeline.parts.extras))
+    parts = replace(pipeline.parts, retrievers=dict(pipeline.parts.retrievers))
     method.setup(parts)
     return Pipeline(pipeline.config, method, parts)
 
@@ -152,18 +152,23 @@ def test_ugt_decision_matches_recorded_logprobs(pipeline: Pipeline, hotpot_dev: 
     lps = before.signals["token_logprobs"]
     assert lps, "the direct answer must have tokens"
     u = -sum(lps) / len(lps)
-    assert before.signals["uncertainty"] == pytest.approx(u, abs=1e-4)
-    assert before.decision == ("retrieve" if u >= 0.001 else "skip")
+    record = before.triggers[0]
+    assert (record.signal, record.rule, record.param) == ("answer_nll", "at_least", "uncertainty_threshold")
+    assert record.scores[0] == pytest.approx(u, abs=1e-4)
+    assert (
+        before.decision == ("retrieve" if u >= 0.001 else "skip") == ("retrieve" if record.fired else "skip")
+    )
     assert trace.counters.llm_calls["main"] >= 1
 
 
 @pytest.mark.model
 def test_dtr_end_to_end_on_hotpotqa(pipeline: Pipeline, hotpot_dev: list[dict]) -> None:
     always = _with(pipeline, uncertainty_threshold=0.0)
-    assert isinstance(always.parts.extras["dense"], DenseRetriever)
+    assert isinstance(always.parts.retrievers["dense"], DenseRetriever)
     trace = always.answer(hotpot_dev[1]["question"])
     before = trace.steps[0]
     assert before.decision == "retrieve" and before.reason.startswith("threshold 0")
+    assert before.triggers[0].rule == "always" and before.triggers[0].fired
     # the pseudo-passage is its own counted call; no direct answer was asked for
     assert trace.counters.llm_calls == {"pseudo_document": 1, "main": 1}
     assert trace.counters.retrievals == 2 and trace.counters.passages_retrieved == 10
@@ -193,7 +198,7 @@ def test_dual_path_over_bm25_candidates(pipeline: Pipeline, hotpot_dev: list[dic
     assert trace.counters.retrievals == 2
     cands = before.signals["candidates"]
     assert 5 <= len(cands) <= 10 and sum(c["kept"] for c in cands) == 3
-    dense = pipeline.parts.extras["dense"]
+    dense = pipeline.parts.retrievers["dense"]
     q = dense.encode_queries([hotpot_dev[3]["question"]])
     stored = dense.similarities(q, [c["id"] for c in cands])[0]
     assert [c["s1"] for c in cands] == pytest.approx([float(x) for x in stored], abs=1e-4)

@@ -61,9 +61,8 @@ class ScriptedGenerator:
         raise NotImplementedError
 
 
-@pytest.fixture(scope="module")
-def real_parts(tmp_path_factory: pytest.TempPathFactory, small_hotpot_corpus: Path):
-    tmp = tmp_path_factory.mktemp("idx")
+def build_real_parts(tmp: Path, small_hotpot_corpus: Path):  # noqa: ANN201 - (config, retriever, stats, text)
+    """Real BM25, corpus statistics and text tools over a small real corpus (built once per module)."""
     cfg = load_config(
         overrides={
             "retriever.corpus": str(small_hotpot_corpus),
@@ -75,6 +74,11 @@ def real_parts(tmp_path_factory: pytest.TempPathFactory, small_hotpot_corpus: Pa
     docs = corpus_docs(cfg.retriever.corpus)
     stats = build_corpus_stats(cfg.corpus_stats, docs, docs.fingerprint, progress=False)
     return cfg, retriever, stats, build_text(cfg.text)
+
+
+@pytest.fixture(scope="module")
+def real_parts(tmp_path_factory: pytest.TempPathFactory, small_hotpot_corpus: Path):  # noqa: ANN201
+    return build_real_parts(tmp_path_factory.mktemp("idx"), small_hotpot_corpus)
 
 
 def make_pipeline(
@@ -111,7 +115,9 @@ def test_stage1_fires_on_rare_entities_and_retrieves_with_the_question(real_part
     assert before.stage == "before"
     counts = {r["entity"]: r["count"] for r in before.signals["entity_counts"]}
     assert "Scott Derrickson" in counts and counts["Scott Derrickson"] > 0
-    assert before.signals["mean_count"] < 100000
+    stage1 = before.triggers[0]
+    assert (stage1.signal, stage1.rule, stage1.param) == ("mean_entity_count", "below", "entity_threshold")
+    assert stage1.scores[0] < 100000 and stage1.fired
     assert before.decision == "retrieve" and before.queries == [QUESTION]
     assert {r.title for r in before.retrieved} & {"Scott Derrickson", "Ed Wood"}
     assert len(before.retrieved) == 3
@@ -127,7 +133,7 @@ def test_stage1_skips_when_entities_are_frequent_enough(real_parts) -> None:
     pipe, gen = make_pipeline(real_parts, "quco", ["So the answer is yes."], entity_threshold=1)
     trace = pipe.answer(QUESTION)
     before = trace.steps[0]
-    assert before.signals["mean_count"] >= 1
+    assert before.triggers[0].scores[0] >= 1 and not before.triggers[0].fired
     assert before.decision == "skip" and not before.retrieved
     assert "Background passages" not in gen.prompts[0]
     assert trace.counters.retrievals == 0
@@ -150,6 +156,10 @@ def test_stage2_flags_a_claim_with_zero_cooccurrence_then_keeps_first_regenerate
     for c in claims:
         assert c["flagged"] == (c["count"] < c["threshold"])
     assert flagged[0]["triplet"][0] == "Scott Derrickson" and flagged[0]["count"] == 0
+    # the typed records: the first judged sentence fires on its lowest co-occurrence (0 < 1)
+    cooc, head = step.triggers
+    assert (cooc.param, cooc.scores[0], cooc.fired_at) == ("cooccurrence_threshold", 0.0, 0)
+    assert head.param == "head_threshold"
     assert step.decision == "retrieve"
     assert step.queries[0].startswith("Scott Derrickson")
     assert step.kept == "Scott Derrickson was born in Denver."
@@ -162,12 +172,12 @@ def test_stage2_flags_a_claim_with_zero_cooccurrence_then_keeps_first_regenerate
     assert trace.stop_reason == "answer"
 
 
-def test_negation_sentence_is_dropped_and_ends_generation(real_parts) -> None:
+def test_negation_sentence_is_dropped_with_the_rest_of_the_draft(real_parts) -> None:
     draft = "The context does not mention Ed Wood. Ed Wood was born in Poughkeepsie."
     pipe, _ = make_pipeline(real_parts, "quco", [draft], stage1=False)
     trace = pipe.answer(QUESTION)
     assert trace.prediction == ""
-    assert trace.stop_reason == "check_stop"
+    assert trace.stop_reason == "no_growth"  # nothing was kept; with negation_stops the check ends generation
     assert trace.steps[0].signals["sentences"][0]["negation"] is True
 
 
@@ -226,3 +236,24 @@ def test_trace_round_trips_through_json(real_parts) -> None:
         "seconds",
     }
     assert data["counters"]["corpus_queries"] == trace.counters.corpus_queries > 0
+
+
+def test_render_shows_each_decision_from_its_trigger_records(real_parts) -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from quco.render import render_trace
+
+    draft = "Scott Derrickson was born in Stockholm. So the answer is no."
+    pipe, _ = make_pipeline(
+        real_parts, "quco", [draft, "Scott Derrickson was born in Denver.", "So the answer is yes."]
+    )
+    trace = pipe.answer(QUESTION)
+    console = Console(file=StringIO(), width=220)
+    render_trace(trace, console)
+    out = console.file.getvalue()
+    stage1 = trace.steps[0].triggers[0]
+    assert f"mean_entity_count per question: [{stage1.scores[0]:g}] < entity_threshold 100000" in out
+    assert "min_cooccurrence per sentence: [0] < cooccurrence_threshold 1 → fires at sentence 0" in out
+    assert "✗ ['Scott Derrickson'" in out  # the flagged claim

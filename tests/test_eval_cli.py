@@ -95,3 +95,48 @@ def test_summary_command_tabulates_runs_on_the_same_questions(tmp_path: Path) ->
     assert lines[2].startswith("| wo-rag | wo-rag | 5 |") and lines[3].startswith("| sr-rag | sr-rag | 5 |")
     res = runner.invoke(app, ["summary", str(runs[0]), "--first", "0"])
     assert res.exit_code == 2 and "--first must be at least 1" in res.output
+
+
+def test_summary_shows_main_only_costs_and_quco_firing_rates(tmp_path: Path) -> None:
+    """Main-only calls and tokens (the papers' #Call/#Tok) stand beside all-role totals; a QuCo-RAG run shows how
+    often each stage fired, counted from its trigger records."""
+    from quco.eval.cli import summary_rows
+    from quco.eval.runner import run_eval
+    from quco.signals.corpus import Claim, claim_records
+    from quco.trace import Step
+    from test_eval_report import _answerer
+
+    inner = _answerer("quco", 0.5, retrieves=False)
+
+    def quco(question: str):  # noqa: ANN202 - a Trace
+        trace = inner(question)
+        trace.counters.add_llm("extractor", 50, 7, calls=2)  # extractor calls count in "all roles" only
+        cooc, head = claim_records(
+            [[Claim("cooccurrence", 3.0)], [Claim("cooccurrence", 0.0)]], 1, 20, "count", True
+        )
+        trace.steps.append(
+            Step(index=1, stage="generate", draft="d", decision="retrieve", triggers=[cooc, head])
+        )
+        return trace
+
+    quco.method = "quco"  # type: ignore[attr-defined]
+    run_eval(quco, "hotpotqa", limit=6, out_dir=tmp_path / "quco", progress=False)
+    row = summary_rows([tmp_path / "quco"], n_boot=200)[0]
+    stats = row["stats"]
+    assert stats["llm_calls"].mean == stats["main_llm_calls"].mean + 2
+    assert stats["tokens"].mean == stats["main_tokens"].mean + 7
+    stage1, stage2 = row["firing"]["before"], row["firing"]["generate"]
+    assert stage1.steps == 6 and 0 <= stage1.fired <= 6
+    assert (stage2.steps, stage2.fired, stage2.candidates) == (
+        6,
+        6,
+        12,
+    )  # fired at the second sentence each time
+    res = runner.invoke(app, ["summary", str(tmp_path / "quco"), "--markdown"], terminal_width=300)
+    assert res.exit_code == 0, res.output
+    header = res.output.strip().splitlines()[0]
+    assert "LLM calls/q (main)" in header and "LLM calls/q (all roles)" in header
+    assert "gen. tokens/q (main)" in header and "stage 1 fired" in header and "stage 2 fired" in header
+    assert "50.0% (6/12 cand.)" in res.output
+    res = runner.invoke(app, ["compare", str(tmp_path / "quco"), str(tmp_path / "quco")], terminal_width=200)
+    assert res.exit_code == 0 and "(main)" in res.output and "(all roles)" in res.output

@@ -69,7 +69,9 @@ def test_records_hold_scored_answers_and_complete_traces(runs: dict[str, Path]) 
             assert (rec["answer"], rec["em"], rec["missing"]) == (s.answer, s.em, s.missing)
             counters = trace["counters"]
             assert counters["llm_calls"].get("main", 0) >= 1
-            assert sum(counters["generated_tokens"].values()) <= BUDGET * (1 + len(trace["steps"])) + 64
+            # per call at most the budget (main generations; the answer protocol's re-prompt has its own 128)
+            assert counters["generated_tokens"].get("main", 0) <= BUDGET * (1 + len(trace["steps"]))
+            assert counters["generated_tokens"].get("answer_reprompt", 0) <= 128
             assert set(counters["seconds"]) <= {"llm", "retrieval", "corpus_stats", "extraction", "other"}
             if method == "sr-rag":
                 assert counters["retrievals"] >= 1
@@ -95,7 +97,7 @@ def test_answer_reprompt_is_counted(tmp_path: Path, overrides: dict[str, Any]) -
     cfg = load_config(
         CONFIGS / "hotpotqa/wo-rag.yaml", overrides={**overrides, "generation.max_new_tokens": 4}
     )
-    run_eval(cfg, "hotpotqa", limit=2, out_dir=tmp_path, progress=False, reprompt=True)
+    run_eval(cfg, "hotpotqa", limit=2, out_dir=tmp_path, progress=False)  # HotpotQA: the published protocol
     recs = _lines(tmp_path)
     assert any(r["reprompted"] for r in recs)
     for rec in recs:
@@ -108,7 +110,7 @@ def test_answer_reprompt_is_counted(tmp_path: Path, overrides: dict[str, Any]) -
             assert any("re-prompted" in n for n in rec["trace"]["notes"])
         else:
             assert "answer_reprompt" not in counters["llm_calls"]
-    assert load_run(tmp_path).config["reprompt"] == {"enabled": True, "max_new_tokens": 20}
+    assert load_run(tmp_path).config["answer_protocol"] == {"name": "published", "max_new_tokens": 128}
 
 
 def test_reprompt_from_recorded_traces_equals_a_fresh_reprompted_run(
@@ -119,12 +121,11 @@ def test_reprompt_from_recorded_traces_equals_a_fresh_reprompted_run(
 
     short = {**overrides, "generation.max_new_tokens": 4}  # too short to state an answer: all re-prompted
     cfg = load_config(CONFIGS / "hotpotqa/wo-rag.yaml", overrides=short)
-    run_eval(cfg, "hotpotqa", limit=2, out_dir=tmp_path / "plain", progress=False)
-    run_eval(cfg, "hotpotqa", limit=2, out_dir=tmp_path / "fresh", progress=False, reprompt=True)
+    run_eval(cfg, "hotpotqa", limit=2, out_dir=tmp_path / "plain", progress=False, protocol="strict")
+    run_eval(cfg, "hotpotqa", limit=2, out_dir=tmp_path / "fresh", progress=False)
     run_eval(
-        cfg, "hotpotqa", limit=2, out_dir=tmp_path / "reused", progress=False, reprompt=True,
-        traces_from=tmp_path / "plain",
-    )  # fmt: skip
+        cfg, "hotpotqa", limit=2, out_dir=tmp_path / "reused", progress=False, traces_from=tmp_path / "plain"
+    )
     fresh, reused = _lines(tmp_path / "fresh"), _lines(tmp_path / "reused")
     assert all(r["reprompted"] for r in reused)
     for a, b in zip(fresh, reused, strict=True):
@@ -143,12 +144,17 @@ def test_reprompt_from_recorded_traces_equals_a_fresh_reprompted_run(
         run_eval(
             other, "hotpotqa", limit=2, out_dir=tmp_path / "x", reprompt=True, traces_from=tmp_path / "plain"
         )
-    with pytest.raises(QucoError, match="pass --reprompt with it"):
-        run_eval(cfg, "hotpotqa", limit=2, out_dir=tmp_path / "z", traces_from=tmp_path / "plain")
-    with pytest.raises(RunError, match="used the answer re-prompt"):
+    with pytest.raises(QucoError, match="drop --strict"):
         run_eval(
-            cfg, "hotpotqa", limit=2, out_dir=tmp_path / "y", reprompt=True, traces_from=tmp_path / "fresh"
+            cfg,
+            "hotpotqa",
+            limit=2,
+            out_dir=tmp_path / "z",
+            protocol="strict",
+            traces_from=tmp_path / "plain",
         )
+    with pytest.raises(RunError, match="made with --strict"):
+        run_eval(cfg, "hotpotqa", limit=2, out_dir=tmp_path / "y", traces_from=tmp_path / "fresh")
 
 
 def test_report_of_real_runs_renders_in_chromium(runs: dict[str, Path], tmp_path: Path) -> None:

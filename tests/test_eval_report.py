@@ -18,6 +18,7 @@ from PIL import Image
 from quco.datasets import load_dataset
 from quco.eval.report import write_report
 from quco.eval.runner import run_eval
+from quco.signals.corpus import entity_rarity
 from quco.trace import RetrievedRef, Step, Trace
 
 N = 24
@@ -34,10 +35,11 @@ def _answerer(method: str, p_right: float, retrieves: bool):
         trace.prediction = f"Reasoning. So the answer is {GOLD[question] if right else 'Paris'}."
         if method == "quco":
             count = [0, 7, 450, 90_000, 2_000_000][h % 5]
+            stage1 = entity_rarity([float(count)], 1000, "count", True).record
             trace.steps.append(
-                Step(index=0, stage="before", decision="retrieve" if count < 1000 else "keep",
-                     signals={"entity_counts": [{"entity": "E", "count": count, "status": "ok"}],
-                              "mean_count": count})
+                Step(index=0, stage="before", decision="retrieve" if stage1.fired else "skip",
+                     signals={"entity_counts": [{"entity": "E", "count": count, "status": "ok"}]},
+                     triggers=[stage1])
             )  # fmt: skip
         if retrieves:
             trace.steps.append(

@@ -157,8 +157,10 @@ def test_changed_config_refuses_to_resume(tmp_path: Path) -> None:
         run_eval(changed, "hotpotqa", limit=0, out_dir=tmp_path, progress=False)
     with pytest.raises(RunError, match="different configuration"):
         run_eval(cfg, "2wikimultihopqa", limit=0, out_dir=tmp_path, progress=False)
-    with pytest.raises(RunError, match="different configuration"):
-        run_eval(cfg, "hotpotqa", limit=0, out_dir=tmp_path, progress=False, reprompt=True)
+    # the answer protocol is part of the identity (HotpotQA's default is the published one)
+    assert load_run(tmp_path).config["answer_protocol"] == {"name": "published", "max_new_tokens": 128}
+    with pytest.raises(RunError, match=r"answer_protocol\.name \('published' -> 'strict'\)"):
+        run_eval(cfg, "hotpotqa", limit=0, out_dir=tmp_path, progress=False, protocol="strict")
     other = tmp_path / "fn"
     run_eval(toy_answer, "hotpotqa", limit=2, out_dir=other, progress=False, fingerprint="v1")
     with pytest.raises(RunError, match=r"fingerprint \('v1' -> 'v2'\)"):
@@ -169,34 +171,33 @@ def test_changed_config_refuses_to_resume(tmp_path: Path) -> None:
         )
 
 
-def test_changed_prompt_files_refuse_to_resume_and_older_runs_still_resume(tmp_path: Path) -> None:
+def test_changed_prompt_files_and_older_runs_refuse_to_resume(tmp_path: Path) -> None:
     import yaml
-
-    from quco.eval.runner import _hash, _legacy_identity
 
     shots = tmp_path / "shots.jsonl"
     shots.write_text(json.dumps({"question": "Q1?", "cot": "Because.", "answer": "A1"}) + "\n", "utf-8")
     cfg = load_config(CONFIGS / "hotpotqa/sr-rag.yaml", overrides={"prompt.exemplars": str(shots)})
     run = tmp_path / "run"
-    run_eval(cfg, "hotpotqa", limit=0, out_dir=run, progress=False)
+    run_eval(cfg, "hotpotqa", limit=0, out_dir=run, progress=False, protocol="strict")
     stored = yaml.safe_load((run / "config.yaml").read_text("utf-8"))
     assert stored["prompt"]["template"] == "baseline" and stored["pipeline"]["prompt"]["template"] is None
     shots.write_text(json.dumps({"question": "Q1?", "cot": "Since.", "answer": "A1"}) + "\n", "utf-8")
     with pytest.raises(RunError, match=r"different configuration \(prompt\.sha256"):
-        run_eval(cfg, "hotpotqa", limit=0, out_dir=run, progress=False)
+        run_eval(cfg, "hotpotqa", limit=0, out_dir=run, progress=False, protocol="strict")
 
-    # A run written before the prompt fingerprint (and with the old template default) still resumes.
-    identity = {k: v for k, v in stored.items() if k not in ("config_hash", "label", "created", "updated")}
-    identity.pop("selection")
-    legacy = _legacy_identity(identity)
+    # A run written before the answer protocol was recorded was made with other loop defaults: neither resumed
+    # nor reused, with a message that says why.
     old = tmp_path / "old"
     old.mkdir()
-    doc = {"config_hash": _hash(legacy), "label": None, "created": "2026-01-01T00:00:00+00:00"} | legacy
-    (old / "config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False), "utf-8")
-    run_eval(cfg, "hotpotqa", limit=0, out_dir=old, progress=False)
-    kept = yaml.safe_load((old / "config.yaml").read_text("utf-8"))
-    assert kept["config_hash"] == doc["config_hash"] and "prompt" not in kept
-    assert kept["pipeline"]["prompt"]["template"] == "quco"
+    stored = yaml.safe_load((run / "config.yaml").read_text("utf-8"))
+    stored.pop("answer_protocol")
+    stored["reprompt"] = {"enabled": False, "max_new_tokens": None}
+    (old / "config.yaml").write_text(yaml.safe_dump(stored, sort_keys=False), "utf-8")
+    (old / "results.jsonl").write_text("", "utf-8")
+    with pytest.raises(RunError, match="older version of quco"):
+        run_eval(cfg, "hotpotqa", limit=0, out_dir=old, progress=False, protocol="strict")
+    with pytest.raises(RunError, match="older version of quco"):
+        run_eval(cfg, "hotpotqa", limit=1, out_dir=tmp_path / "new", traces_from=old, progress=False)
 
 
 def test_threads_answer_concurrently_with_the_same_results(tmp_path: Path) -> None:

@@ -24,6 +24,8 @@ from quco.eval.analysis import (
 )
 from quco.eval.runs import Run, record_costs
 from quco.eval.stats import bootstrap_ci, compare, paired_test, permutation_p_value, summarize
+from quco.signals.corpus import Claim, claim_records, entity_rarity
+from quco.signals.record import TriggerRecord
 
 
 def test_bootstrap_interval_matches_normal_approximation() -> None:
@@ -67,14 +69,21 @@ def test_paired_test_reports_difference_and_drops_unpaired_nans() -> None:
 
 
 def _rec(qid: str, em: float, *, count: float | None = None, retrievals: int = 0, secs: dict | None = None,
-         tokens: int = 10, error: bool = False, claims: list[dict] | None = None) -> dict[str, Any]:  # fmt: skip
+         tokens: int = 10, error: bool = False, claims: list[list[dict]] | None = None) -> dict[str, Any]:  # fmt: skip
     steps = []
     if count is not None:
-        steps.append({"stage": "before", "signals": {"entity_counts": [{"entity": "X", "count": count,
-                      "status": "ok"}, {"entity": "Y", "count": 2 * count, "status": "ok"}]}})  # fmt: skip
+        stage1 = entity_rarity([count, 2 * count], 100_000, "count", True).record
+        steps.append({"index": 0, "stage": "before", "triggers": [stage1.to_dict()],
+                      "signals": {"entity_counts": [{"entity": "X", "count": count, "status": "ok"},
+                                                    {"entity": "Y", "count": 2 * count, "status": "ok"}]}})  # fmt: skip
     if claims:
-        steps.append({"stage": "generate", "signals": {"sentences": [{"sentence": "s", "claims": claims}]}})
+        judged = [[Claim(c["kind"], float(c["count"])) for c in sentence] for sentence in claims]
+        records = claim_records(judged, 1, 20, "count", True)
+        steps.append({"index": 1, "stage": "generate", "triggers": [r.to_dict() for r in records]})
     trace = {
+        "question": qid,
+        "method": "x",
+        "version": 2,
         "steps": steps,
         "seconds": sum((secs or {}).values()),
         "counters": {
@@ -103,8 +112,9 @@ def _run(name: str, recs: list[dict[str, Any]], method: str = "quco") -> Run:
 def test_costs_and_summary_from_traces() -> None:
     rec = _rec("q", 1.0, retrievals=2, secs={"llm": 1.5, "retrieval": 0.5}, tokens=30)
     costs = record_costs(rec)
-    assert costs == {"retrievals": 2.0, "llm_calls": 3.0, "tokens": 34.0, "prompt_tokens": 100.0,
-                     "corpus_queries": 3.0, "extractor_calls": 2.0, "seconds": 2.0}  # fmt: skip
+    assert costs == {"retrievals": 2.0, "main_llm_calls": 1.0, "llm_calls": 3.0, "main_tokens": 30.0,
+                     "tokens": 34.0, "prompt_tokens": 100.0, "corpus_queries": 3.0, "extractor_calls": 2.0,
+                     "seconds": 2.0}  # fmt: skip
     assert all(math.isnan(v) for v in record_costs(_rec("e", 0.0, error=True)).values())
     run = _run("r", [rec, _rec("e", 0.0, error=True)])
     s = summarize(run, n_boot=500)
@@ -162,16 +172,17 @@ def test_runtime_cost_groups_and_claim_rates() -> None:
         _rec("a", 1, retrievals=0, secs={"llm": 1.0, "other": 0.2}),
         _rec("b", 0, retrievals=2, secs={"llm": 3.0, "retrieval": 0.4}),
         _rec("c", 1, retrievals=2, secs={"llm": 2.0, "corpus_stats": 0.3},
-             claims=[{"kind": "cooccurrence", "count": 0}, {"kind": "cooccurrence", "count": 7},
-                     {"kind": "head_count", "count": 30}]),
+             claims=[[{"kind": "cooccurrence", "count": 0}, {"kind": "head_count", "count": 30}],
+                     [{"kind": "cooccurrence", "count": 7}]]),
         _rec("d", 0, error=True),
     ])  # fmt: skip
     rt = runtime_breakdown([run])["r"]
     assert rt["llm"] == pytest.approx(2.0) and rt["retrieval"] == pytest.approx(0.4 / 3)
     assert rt["extraction"] == 0.0
     assert em_by_cost(run, "retrievals") == [("0", 1, 1.0), ("2", 2, 0.5)]
-    assert claim_flag_rates(run, [1, 10], "cooccurrence") == [(1.0, 0.5), (10.0, 1.0)]
-    assert claim_flag_rates(run, [20, 40], "head_count") == [(20.0, 0.0), (40.0, 1.0)]
+    # per judged sentence: its lowest co-occurrence (0 and 7), its lowest head count (30)
+    assert claim_flag_rates(run, [1, 10], "cooccurrence_threshold") == [(1.0, 0.5), (10.0, 1.0)]
+    assert claim_flag_rates(run, [20, 40], "head_threshold") == [(20.0, 0.0), (40.0, 1.0)]
     point = efficiency_points([run])[0]
     assert point.em == 0.5 and point.costs["retrievals"] == pytest.approx(4 / 3)
 
@@ -179,8 +190,8 @@ def test_runtime_cost_groups_and_claim_rates() -> None:
 def test_trigger_sweep_replays_recorded_scores() -> None:
     def rec(qid: str, scores: list[float]) -> dict[str, Any]:
         r = _rec(qid, 1.0)
-        trigger = {"rule": "above", "threshold": 0.5, "scores": scores, "fired_at": None}
-        r["trace"]["steps"] = [{"index": 0, "stage": "generate", "signals": {"trigger": trigger}}]
+        record = TriggerRecord.decide("token_uncertainty", "above", 0.5, scores, "sentence")
+        r["trace"]["steps"] = [{"index": 0, "stage": "generate", "triggers": [record.to_dict()]}]
         return r
 
     run = _run("flare", [rec("a", [0.2, 0.7]), rec("b", [0.1, 0.3])], "flare")

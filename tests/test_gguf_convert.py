@@ -47,9 +47,9 @@ def _sha256(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def gguf_path() -> Path:
-    from quco.llm.hf import _assemble_default_gguf, _models_dir
+    from quco.llm.models import default_gguf_path
 
-    return _assemble_default_gguf(_models_dir())
+    return default_gguf_path()
 
 
 def test_merges_are_derived_as_transformers_derives_them() -> None:

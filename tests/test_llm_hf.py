@@ -12,6 +12,7 @@ import pytest
 from quco.config import GeneratorConfig
 from quco.errors import QucoError
 from quco.llm import Capability, Generation, Generator, build_generator, hf
+from quco.llm.base import cut_at_stop, cut_generation
 from quco.paths import cache_dir
 
 EIFFEL = "The Eiffel Tower is located in"
@@ -45,12 +46,23 @@ def _check_aligned(g: Generation, scores: bool = True) -> None:
 
 def test_cut_at_stop_keeps_the_straddling_token_shortened() -> None:
     pieces = [" Paris", ",", " France", "."]
-    kept, text, out, cut = hf._cut_at_stop(pieces, "".join(pieces), ["ance", "zzz"])
-    assert (kept, text, out, cut) == (3, " Paris, Fr", [" Paris", ",", " Fr"], True)
+    gen = Generation(
+        text="".join(pieces), token_ids=[1, 2, 3, 4], tokens=pieces, logprobs=[-0.1, -0.2, -0.3, -0.4]
+    )
+    cut = cut_at_stop(gen, ["ance", "zzz"])
+    assert (cut.text, cut.tokens, cut.token_ids, cut.logprobs) == (
+        " Paris, Fr",
+        [" Paris", ",", " Fr"],
+        [1, 2, 3],
+        [-0.1, -0.2, -0.3],
+    )
+    assert cut.finish_reason == "stop" and cut.entropies is None
     # a stop string that starts exactly on a token boundary drops that token entirely
-    kept, text, out, cut = hf._cut_at_stop(pieces, "".join(pieces), [" France"])
-    assert (kept, text, out) == (2, " Paris,", [" Paris", ","])
-    assert hf._cut_at_stop(pieces, "".join(pieces), ["Lyon"])[3] is False
+    cut = cut_at_stop(gen, [" France"])
+    assert (cut.text, cut.tokens, cut.token_ids) == (" Paris,", [" Paris", ","], [1, 2])
+    assert cut_at_stop(gen, ["Lyon"]) is gen
+    # the loop's cut keeps a straddling token whole
+    assert cut_generation(gen, 10, shorten=False).tokens == [" Paris", ",", " France"]
 
 
 def test_sampling_filters_keep_only_allowed_tokens() -> None:
@@ -250,7 +262,7 @@ def test_conversion_cache_is_reused(gen: hf.HFGenerator, eiffel: Generation, mon
         raise AssertionError("the GGUF path ran although the conversion cache exists")
 
     monkeypatch.setattr(hf, "_convert_gguf", no_gguf)
-    monkeypatch.setattr(hf, "_assemble_default_gguf", no_gguf)
+    monkeypatch.setattr(hf, "default_gguf_path", no_gguf)
     again = build_generator(GeneratorConfig())
     assert again.load_source == "cache"
     g = again.generate(EIFFEL, max_new_tokens=4)[0]

@@ -19,8 +19,9 @@ import pytest
 from quco.config import GeneratorConfig
 from quco.errors import CapabilityError, ConfigError, InputError
 from quco.llm import Capability, build_generator, require
-from quco.llm.llamacpp import LlamaServer, ServedModel, _free_port, default_gguf_path
+from quco.llm.models import default_gguf_path
 from quco.llm.openai_compat import LLMServerError, OpenAICompatGenerator, approx_entropy
+from support.llama_server import LlamaServer, ServedModel, _free_port
 
 pytestmark = pytest.mark.model
 

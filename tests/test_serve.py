@@ -27,10 +27,11 @@ import pytest
 import uvicorn
 
 from quco.config import PipelineConfig, load_config
-from quco.llm.llamacpp import LlamaServer, ServedModel, _free_port, default_gguf_path
+from quco.llm.models import default_gguf_path
 from quco.serve.app import create_app
 from quco.serve.service import AnswerService, ServeSettings
 from quco.serve.viewer import viewer_html
+from support.llama_server import LlamaServer, ServedModel, _free_port
 
 pytestmark = pytest.mark.model
 

@@ -209,14 +209,14 @@ def test_rule_question_entities_named_in_the_brief(entity_rules):
     assert isinstance(entity_rules, EntityExtractor) and entity_rules.name == "rules"
     got = entity_rules.question_entities("Who was born first, Albert Einstein or Niels Bohr?")
     assert got == ["Albert Einstein", "Niels Bohr"]
-    # Entities are deduplicated, and a question naming nothing gives nothing.
+    # Entities are deduplicated; a question naming nothing falls back to its most specific noun phrase.
     assert entity_rules.question_entities(
         "Aside from the Apple Remote, what other device can control the program Apple Remote was originally "
         "designed to interact with?"
     ) == ["Apple Remote"]
-    assert (
-        entity_rules.question_entities("Is it common to see frost during some college commencements?") == []
-    )
+    assert entity_rules.question_entities("Is it common to see frost during some college commencements?") == [
+        "college commencements"
+    ]
     assert entity_rules.question_entities("   ") == []
 
 
@@ -245,40 +245,38 @@ def test_rule_question_entities_never_wh_words_or_numbers(questions, entity_rule
 
 T = Triplet
 EXPECTED_TRIPLETS = {
-    "The film Hypocrite was directed by Miguel Morayta.": [
-        T("Hypocrite", "was directed by", "Miguel Morayta")
-    ],
+    "The film Hypocrite was directed by Miguel Morayta.": [T("Hypocrite", "directed by", "Miguel Morayta")],
     "Miguel Morayta died on 19 June 2013.": [T("Miguel Morayta", "died on", "19 June 2013")],
     "Kurram Garhi is located in the country of Pakistan.": [
-        T("Kurram Garhi", "is located in the country of", "Pakistan")
+        T("Kurram Garhi", "located in country of", "Pakistan")
     ],
     "Coolie No. 1 (1995 film) was directed by David Dhawan.": [
-        T("Coolie No. 1", "was directed by", "David Dhawan")
+        T("Coolie No. 1", "directed by", "David Dhawan")
     ],
     "David Dhawan's nationality is India.": [T("David Dhawan", "nationality", "India")],
     "Thus, Boraqchin's father-in-law is Genghis Khan.": [T("Boraqchin", "father-in-law", "Genghis Khan")],
     "The Gal Who Took the West was directed by Frederick de Cordova.": [
-        T("The Gal Who Took the West", "was directed by", "Frederick de Cordova")
+        T("The Gal Who Took the West", "directed by", "Frederick de Cordova")
     ],
-    "Krishna Shah has a child named Rudra Shah.": [T("Krishna Shah", "has a child named", "Rudra Shah")],
+    "Krishna Shah has a child named Rudra Shah.": [T("Krishna Shah", "has child named", "Rudra Shah")],
     "Christopher Nolan is a director, producer, and screenwriter.": [
         T("Christopher Nolan", "is", "director"),
         T("Christopher Nolan", "is", "producer"),
         T("Christopher Nolan", "is", "screenwriter"),
     ],
     "Lake Wales Medical Center is located in the city of Polk County, Florida.": [
-        T("Lake Wales Medical Center", "is located in the city of", "Polk County"),
-        T("Lake Wales Medical Center", "is located in the city of", "Florida"),
+        T("Lake Wales Medical Center", "located in city of", "Polk County"),
+        T("Lake Wales Medical Center", "located in city of", "Florida"),
     ],
     "The population of Polk County in 2014 was 15,140.": [T("Polk County", "population", "15,140")],
     'The debut album of the band "Hot Hot Heat" was "Make Up the Breakdown".': [
         T("Hot Hot Heat", "debut album", "Make Up the Breakdown")
     ],
     "Jerry Ferrara also played a character on Entourage named Turtle Assante.": [
-        T("Jerry Ferrara", "played a character on", "Entourage"),
-        T("Jerry Ferrara", "played a character named", "Turtle Assante"),
+        T("Jerry Ferrara", "played character on", "Entourage"),
+        T("Jerry Ferrara", "played character named", "Turtle Assante"),
     ],
-    "Lonny (magazine) was founded in 2009.": [T("Lonny", "was founded in", "2009")],
+    "Lonny (magazine) was founded in 2009.": [T("Lonny", "founded in", "2009")],
 }
 
 # Sentences that state no fact between two mentions: a pronoun subject, a comparison, the answer.
@@ -312,7 +310,7 @@ def test_rule_triplets_several_facts_per_sentence(rules):
     )
     pairs = {(t.head, t.tail) for t in got}
     assert {("Soul Boy", "Billy Kahora"), ("Soul Boy", "Hawa Essuman")} <= pairs
-    assert T("Soul Boy", "is drama film directed by", "Hawa Essuman") in got
+    assert T("Soul Boy", "drama film directed by", "Hawa Essuman") in got
     assert rules.triplets("Britain withdrew from Bahrain in 1971.") == [
         T("Britain", "withdrew from", "Bahrain"),
         T("Britain", "withdrew in", "1971"),
@@ -336,7 +334,7 @@ def test_rule_triplets_appositions_and_relative_clauses(rules, hotpot_dev):
     assert T("Shire", "husband", "Jack Schwartzman") in got
     assert all(t.tail != "Shire" for t in got)  # the owner in "Shire's husband" is not an object
     s = next(p for p in paragraphs if p.startswith("It is named in honour of Sir Matt Busby"))
-    assert T("Sir Matt Busby", "was born in", "Bellshill") in rules.triplets(s)
+    assert T("Matt Busby", "born in", "Bellshill") in rules.triplets(s)
     # A CoT conclusion that still states a fact through an apposition (2Wiki IRCoT annotation style).
     got = rules.triplets(
         "Therefore, Robert Enrico, the director of The Woman Thou Gavest Me, was born first."

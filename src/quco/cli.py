@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import functools
 import json
-import logging
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.logging import RichHandler
 
+from quco.cli_support import err, friendly_errors, out
+from quco.cli_support import setup_logging as _setup_logging
 from quco.config import load_config, parse_override
 from quco.errors import QucoError
 
@@ -42,9 +39,14 @@ def _mount_optional() -> None:
     app.command("calibrate")(calibrate_command)
     serve_app.command("api")(serve_api)
 
+    from quco.llm.models_cli import models_app  # `quco models`: list the known models, pull one
 
-out = Console()
-err = Console(stderr=True)
+    app.add_typer(models_app, name="models")
+
+    from quco.eval.results_cli import results_app  # `quco results run|table PLAN`: the results table
+
+    app.add_typer(results_app, name="results")
+
 
 DEMO_QUESTIONS = (
     "Who was born first, Albert Einstein or Niels Bohr?",
@@ -57,30 +59,6 @@ DEMO_NOTE = (
     "a real model (README, 'Plugging in real parts'): `quco models pull qwen2.5-1.5b-instruct` fetches the "
     "evaluation model, or point --set generator.backend=openai at any OpenAI-compatible server."
 )
-
-
-def _setup_logging(verbose: bool) -> None:
-    level = logging.DEBUG if verbose else logging.INFO
-    handler = RichHandler(console=err, show_path=False, show_time=False, markup=False)
-    logging.basicConfig(level=logging.WARNING, handlers=[handler], format="%(message)s", force=True)
-    logging.getLogger("quco").setLevel(level)
-
-
-def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn user-facing errors into one line on stderr and exit code 2, never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except QucoError as exc:
-            err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err.print("interrupted")
-            raise typer.Exit(130) from None
-
-    return wrapper
 
 
 def _overrides(sets: list[str] | None) -> dict[str, Any]:
@@ -177,16 +155,15 @@ def _state_answer(trace: Any, pipe: Any) -> str:
     """Make sure the trace ends with a stated answer; returns how it was stated.
 
     When the method stopped before "So the answer is", the model is asked to finish that sentence: one more
-    LLM call, counted in the trace (role ``answer_reprompt``), exactly as the evaluation's ``--reprompt`` does.
+    LLM call, counted in the trace (role ``answer_reprompt``), as the evaluation's default answer protocol does.
     """
     if trace.answer:
         return f"the model stated the answer itself (stop: {trace.stop_reason})"
-    from quco.answer import extract_answer
-    from quco.eval.runner import reprompt_answer
+    from quco.answer import PUBLISHED
 
-    completed = reprompt_answer(trace, pipe.generator, pipe.parts.exemplars)
-    trace.answer = extract_answer(completed) or completed.rsplit("So the answer is", 1)[-1].strip()
-    trace.prediction = completed
+    pipe.finish(trace, PUBLISHED)
+    if not trace.answer:
+        return f"the method stopped without an answer ({trace.stop_reason}), and the re-prompt gave none"
     return (
         f"the method stopped without an answer ({trace.stop_reason}), so the answer comes from one counted "
         "re-prompt ('So the answer is')"
@@ -248,9 +225,8 @@ def _index_bm25(corpus: str | list[str], out_dir: Path | None, on_error: str) ->
 
 def _index_stats(corpus: str | list[str], out_dir: Path | None, tokenizer: str, on_error: str) -> None:
     from quco.corpus_stats import Manifest, build_local_index, default_index_dir
-    from quco.corpus_stats.build import clean_stale_builds
-    from quco.locks import build_lock
     from quco.retrieval import CorpusReport, corpus_docs
+    from quco.storage import clean_stale_builds, locked
 
     docs = corpus_docs(corpus, on_error=on_error)  # type: ignore[arg-type]
     target = (
@@ -258,7 +234,7 @@ def _index_stats(corpus: str | list[str], out_dir: Path | None, tokenizer: str, 
         .expanduser()
         .resolve()
     )
-    with build_lock(target):
+    with locked(target):
         if target.exists():
             manifest = Manifest.read(target)
             if manifest.corpus_fingerprint == docs.fingerprint:

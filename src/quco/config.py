@@ -105,7 +105,13 @@ class PromptConfig(_Section):
 
 
 class GenerationConfig(_Section):
-    max_new_tokens: int = Field(128, ge=1)  # token budget of the whole prediction (generate_max_length)
+    max_new_tokens: int = Field(
+        128, ge=1
+    )  # the token budget (generate_max_length); ``budget`` says what it bounds
+    # "per_call": every generation call may write max_new_tokens, and the loop stops once the prediction is longer
+    # than that (the DRAGIN / QuCo-RAG code); "prediction": the whole prediction gets max_new_tokens, each call
+    # the rest of it. None: the method's default (``Shape.budget``).
+    budget: Literal["per_call", "prediction"] | None = None
     stop: list[str] = Field(default_factory=lambda: ["\nQuestion:", "\n\n"])
     max_steps: int = Field(10, ge=1)  # loop iterations before the step budget stops generation
 

@@ -25,3 +25,9 @@ class InputError(QucoError):
 
 class IndexIntegrityError(QucoError):
     """An index on disk is incomplete, damaged, or does not match the corpus it should hold."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name if it has none), for a one-line error."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

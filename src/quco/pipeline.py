@@ -11,9 +11,10 @@ import threading
 import time
 from typing import Any
 
+from quco.answer import STRICT, AnswerProtocol
 from quco.config import GeneratorConfig, PipelineConfig, load_config
 from quco.engine.context import Parts, RunContext
-from quco.engine.loop import run
+from quco.engine.loop import finish, run
 from quco.engine.method import Method
 from quco.errors import InputError
 from quco.inputs import check_text
@@ -61,6 +62,80 @@ def shared_generator(config: GeneratorConfig):  # noqa: ANN201 - a quco.llm.base
         return _GENERATORS[key]
 
 
+def assemble(
+    config: PipelineConfig, method: Method, progress: bool = True, share: Parts | None = None
+) -> Parts:
+    """The parts ``method`` needs under ``config``: built, or taken from ``share`` where configured alike.
+
+    The one assembly path of the package: ``Pipeline.from_config`` and the server's pipeline pool use it.
+    """
+    from quco.text import build_text
+
+    shape = method.shape
+    generator = shared_generator(config.generator)
+    require(generator, shape.needs, f"method '{method.name}'")
+    same = share.config if share is not None else None
+    extractor_generator = None
+    if config.text.extractor_model:
+        extractor_generator = shared_generator(
+            config.generator.model_copy(update={"model": config.text.extractor_model})
+        )
+    # The LLM extractors wrap their prompts in their generator's chat template: shared only with the same model.
+    if same is not None and same.text == config.text and same.generator == config.generator:
+        text = share.text
+    else:
+        text = build_text(config.text, generator=extractor_generator or generator)
+    exemplars = load_exemplars(config.prompt.exemplars)[: config.prompt.fewshot]
+    template = load_template(config.prompt.template or method.template)
+
+    retriever = corpus_stats = None
+    if shape.retriever or shape.corpus_stats:
+        from quco.retrieval import build_retriever, corpus_source
+
+        source = corpus_source(config.retriever.corpus)
+        if shape.retriever:
+            if same is not None and share.retriever is not None and same.retriever == config.retriever:
+                retriever = share.retriever
+            else:
+                retriever = build_retriever(config.retriever, progress=progress)
+        if shape.corpus_stats:
+            if (
+                same is not None
+                and share.corpus_stats is not None
+                and same.corpus_stats == config.corpus_stats
+            ):
+                corpus_stats = share.corpus_stats
+            else:
+                from quco.corpus_stats import build_corpus_stats
+
+                stats_source = (
+                    corpus_source(config.corpus_stats.corpus) if config.corpus_stats.corpus else source
+                )
+                cache = {"auto": None, "on": True, "off": False}[config.corpus_stats.cache]
+                corpus_stats = build_corpus_stats(
+                    config.corpus_stats,
+                    stats_source.docs,
+                    stats_source.fingerprint(),
+                    progress=progress,
+                    cache=cache,
+                )
+    # Named retrievers (a dense index) are searched read-only, so pipelines over one corpus can share them.
+    retrievers = {}
+    if same is not None and same.retriever.corpus == config.retriever.corpus:
+        retrievers = dict(share.retrievers)
+    return Parts(
+        config=config,
+        generator=generator,
+        text=text,
+        exemplars=exemplars,
+        template=template,
+        retriever=retriever,
+        corpus_stats=corpus_stats,
+        extractor_generator=extractor_generator,
+        retrievers=retrievers,
+    )
+
+
 # Questions are cut to this share of the context window, keeping their end, so that the prompt keeps room
 # for exemplars, passages and the answer.
 _QUESTION_SHARE = 0.25
@@ -78,57 +153,22 @@ class Pipeline:
 
     @classmethod
     def from_config(
-        cls, config: PipelineConfig | str | None = None, progress: bool = True, **overrides: Any
+        cls,
+        config: PipelineConfig | str | None = None,
+        progress: bool = True,
+        *,
+        share: Parts | None = None,
+        **overrides: Any,
     ) -> Pipeline:
-        """Build from a ``PipelineConfig``, a YAML path, or the defaults (plus dotted overrides)."""
+        """Build from a ``PipelineConfig``, a YAML path, or the defaults (plus dotted overrides).
+
+        ``share``: the parts of another pipeline in this process; every part whose configuration is the same is
+        reused instead of built again (the server's pool builds one pipeline per method this way).
+        """
         if not isinstance(config, PipelineConfig):
             config = load_config(config, overrides=overrides or None)
         method = method_class(config.method)(config.params)
-
-        from quco.text import build_text
-
-        generator = shared_generator(config.generator)
-        require(generator, method.needs, f"method '{method.name}'")
-        text = build_text(config.text)
-        exemplars = load_exemplars(config.prompt.exemplars)[: config.prompt.fewshot]
-        template = load_template(config.prompt.template or method.template)
-
-        retriever = corpus_stats = None
-        if method.uses_retriever or method.uses_corpus_stats:
-            from quco.retrieval import build_retriever, corpus_source
-
-            source = corpus_source(config.retriever.corpus)
-            if method.uses_retriever:
-                retriever = build_retriever(config.retriever, progress=progress)
-            if method.uses_corpus_stats:
-                from quco.corpus_stats import build_corpus_stats
-
-                stats_source = (
-                    corpus_source(config.corpus_stats.corpus) if config.corpus_stats.corpus else source
-                )
-                cache = {"auto": None, "on": True, "off": False}[config.corpus_stats.cache]
-                corpus_stats = build_corpus_stats(
-                    config.corpus_stats,
-                    stats_source.docs,
-                    stats_source.fingerprint(),
-                    progress=progress,
-                    cache=cache,
-                )
-        extractor_generator = None
-        if config.text.extractor_model:
-            extractor_generator = shared_generator(
-                config.generator.model_copy(update={"model": config.text.extractor_model})
-            )
-        parts = Parts(
-            config=config,
-            generator=generator,
-            text=text,
-            exemplars=exemplars,
-            template=template,
-            retriever=retriever,
-            corpus_stats=corpus_stats,
-            extractor_generator=extractor_generator,
-        )
+        parts = assemble(config, method, progress=progress, share=share)
         method.setup(parts)
         return cls(config, method, parts)
 
@@ -151,15 +191,32 @@ class Pipeline:
             question = keep.strip()
         return question
 
-    def answer(self, question: str) -> Trace:
-        """Answer one question; the returned trace holds the answer, every step and every cost."""
+    def answer(self, question: str, protocol: AnswerProtocol = STRICT) -> Trace:
+        """Answer one question; the returned trace holds the answer, every step and every cost.
+
+        ``protocol``: what happens after generation about the stated answer (``quco.answer.AnswerProtocol``;
+        the default, strict, does nothing).
+        """
         trace = Trace(question=question, method=self.method.name)
         start = time.perf_counter()
         trace.question = self._prepare_question(question, trace)
         ctx = RunContext(parts=self.parts, trace=trace)
         run(self.method, trace.question, ctx)
+        finish(ctx, protocol)
         trace.seconds = round(time.perf_counter() - start, 4)
         accounted = sum(trace.counters.seconds.values())
         trace.counters.add_seconds("other", max(0.0, trace.seconds - accounted))
+        trace.counters.seconds = {k: round(v, 4) for k, v in trace.counters.seconds.items()}
+        return trace
+
+    def finish(self, trace: Trace, protocol: AnswerProtocol) -> Trace:
+        """Apply ``protocol`` to a trace answered earlier (a recorded run); its cost is added to the trace."""
+        start = time.perf_counter()
+        llm_before = trace.counters.seconds.get("llm", 0.0)
+        finish(RunContext(parts=self.parts, trace=trace), protocol)
+        spent = time.perf_counter() - start
+        trace.seconds = round(trace.seconds + spent, 4)
+        other = max(0.0, spent - (trace.counters.seconds.get("llm", 0.0) - llm_before))
+        trace.counters.add_seconds("other", other)
         trace.counters.seconds = {k: round(v, 4) for k, v in trace.counters.seconds.items()}
         return trace

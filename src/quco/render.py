@@ -9,6 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from quco.signals.record import TriggerRecord
 from quco.trace import Step, Trace
 
 _DECISION_STYLE = {"retrieve": "bold yellow", "keep": "green", "skip": "green", "stop": "red"}
@@ -25,19 +26,38 @@ def _fmt_count(rec: dict[str, Any]) -> str:
     return text
 
 
-def _signal_lines(step: Step) -> list[Text]:
+_RULE_TEXT = {"above": ">", "abs_above": "|>|", "below": "<", "at_least": ">="}
+
+
+def _record_line(record: TriggerRecord) -> Text:
+    """One trigger record: its scores against the threshold, and where it fired."""
+    if record.rule == "always":
+        text = f"{record.signal}: always" + (
+            " (last unit: no retrieval)" if record.detail.get("final") else ""
+        )
+        return Text(text, style="cyan")
+    scores = ", ".join("—" if v is None else f"{v:g}" for v in record.scores) or "(no candidate)"
+    verdict = f"fires at {record.unit} {record.fired_at}" if record.fired else "does not fire"
+    forced = f"; {len(record.forced)} unknown" if record.forced else ""
+    rule = _RULE_TEXT.get(record.rule, record.rule)
+    return Text(
+        f"{record.signal} per {record.unit}: [{scores}] {rule} {record.param} {record.threshold:g}{forced} → {verdict}",
+        style="cyan",
+    )
+
+
+def _detail_lines(step: Step) -> list[Text]:
+    """Method-specific detail worth reading: QuCo-RAG's counts and claims; the rest compactly."""
     s = step.signals
     lines: list[Text] = []
     if "entity_counts" in s:
         ents = ", ".join(f"{r['entity']}={_fmt_count(r)}" for r in s["entity_counts"])
-        lines.append(Text(f"entities: {ents}", style="cyan"))
-        if "mean_count" in s:
-            lines.append(
-                Text(f"mean count {s['mean_count']:g} vs threshold {s['threshold']:g}", style="cyan")
-            )
+        lines.append(Text(f"entities: {ents}", style="dim"))
     elif "entities" in s:
-        lines.append(Text(f"entities: {', '.join(s['entities']) or '(none)'}", style="cyan"))
+        lines.append(Text(f"entities: {', '.join(s['entities']) or '(none)'}", style="dim"))
     for sent in s.get("sentences", []):
+        if "sentence" not in sent:
+            continue
         tag = " [answer]" if sent.get("answer") else " [negation: dropped]" if sent.get("negation") else ""
         lines.append(Text(f"• {sent['sentence']}{tag}", style="white"))
         for claim in sent.get("claims", []):
@@ -52,18 +72,7 @@ def _signal_lines(step: Step) -> list[Text]:
         if not sent.get("claims") and not tag:
             lines.append(Text("    (no claim extracted)", style="dim"))
     other = {
-        k: v
-        for k, v in s.items()
-        if k
-        not in (
-            "entity_counts",
-            "entities",
-            "mean_count",
-            "threshold",
-            "unit",
-            "sentences",
-            "flagged_sentence",
-        )
+        k: v for k, v in s.items() if k not in ("entity_counts", "entities", "sentences", "flagged_sentence")
     }
     if other:
         lines.append(Text(f"signals: {other}", style="dim"))
@@ -77,7 +86,8 @@ def render_trace(trace: Trace, console: Console | None = None) -> None:
         body: list[Any] = []
         if step.draft:
             body.append(Text(f"draft: {step.draft}", style="italic"))
-        body.extend(_signal_lines(step))
+        body.extend(_record_line(r) for r in step.triggers)
+        body.extend(_detail_lines(step))
         if step.reason:
             body.append(
                 Text(f"→ {step.decision}: {step.reason}", style=_DECISION_STYLE.get(step.decision, ""))

@@ -1,7 +1,8 @@
 """The trace: every step of an answer, its signals and decisions, and counters of everything spent.
 
 Field names are part of the public format (``TRACE_VERSION``); tools read traces written by older runs,
-so rename nothing without bumping the version.
+so rename nothing without bumping the version. Version 2 moved every decision's scores into typed trigger
+records (``Step.triggers``); ``quco.eval.legacy`` reads version-1 traces into that form.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-TRACE_VERSION = 1
+from quco.signals.record import TriggerRecord
+
+TRACE_VERSION = 2
 
 # Roles an LLM call can have; the counters keep one entry per role that was used.
 LLM_ROLES = (
@@ -42,9 +45,10 @@ class Step:
     """One pass of the loop: what was drafted, what the check saw, what was decided and kept."""
 
     index: int
-    stage: str  # "before" (pre-generation decision) or "generate"
+    stage: str  # "before" (pre-generation decision), "generate", or "after" (post-generation stage)
     draft: str = ""
-    signals: dict[str, Any] = field(default_factory=dict)
+    signals: dict[str, Any] = field(default_factory=dict)  # method-specific detail (counts, words, samples)
+    triggers: list[TriggerRecord] = field(default_factory=list)  # the typed decision records of this step
     decision: str = "keep"  # keep | retrieve | stop | skip
     reason: str = ""
     queries: list[str] = field(default_factory=list)
@@ -60,6 +64,8 @@ class Counters:
 
     llm_calls: dict[str, int] = field(default_factory=dict)
     prompt_tokens: dict[str, int] = field(default_factory=dict)
+    # Prompt tokens the model actually evaluated; the rest came from the backend's cache (llamacpp's reuse).
+    prompt_tokens_evaluated: dict[str, int] = field(default_factory=dict)
     generated_tokens: dict[str, int] = field(default_factory=dict)
     retrievals: int = 0  # retrieval queries issued
     retrieval_calls: int = 0  # batched calls to the retriever
@@ -69,9 +75,20 @@ class Counters:
     corpus_cache_hits: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
 
-    def add_llm(self, role: str, prompt_tokens: int, generated_tokens: int, calls: int = 1) -> None:
+    def add_llm(
+        self,
+        role: str,
+        prompt_tokens: int,
+        generated_tokens: int,
+        calls: int = 1,
+        *,
+        evaluated: int | None = None,
+    ) -> None:
+        """Count calls and tokens of a role; ``evaluated`` prompt tokens default to all of them (not known)."""
         self.llm_calls[role] = self.llm_calls.get(role, 0) + calls
         self.prompt_tokens[role] = self.prompt_tokens.get(role, 0) + prompt_tokens
+        done = prompt_tokens if evaluated is None else evaluated
+        self.prompt_tokens_evaluated[role] = self.prompt_tokens_evaluated.get(role, 0) + done
         self.generated_tokens[role] = self.generated_tokens.get(role, 0) + generated_tokens
 
     def add_seconds(self, component: str, seconds: float) -> None:
@@ -87,7 +104,9 @@ class Counters:
 
     def merge(self, other: Counters) -> None:
         for role, n in other.llm_calls.items():
-            self.add_llm(role, other.prompt_tokens.get(role, 0), other.generated_tokens.get(role, 0), n)
+            prompt = other.prompt_tokens.get(role, 0)
+            evaluated = other.prompt_tokens_evaluated.get(role, prompt)
+            self.add_llm(role, prompt, other.generated_tokens.get(role, 0), n, evaluated=evaluated)
         self.retrievals += other.retrievals
         self.retrieval_calls += other.retrieval_calls
         self.passages_retrieved += other.passages_retrieved
@@ -131,6 +150,12 @@ class Trace:
         for s in data.get("steps", []):
             s = dict(s)
             s["retrieved"] = [RetrievedRef(**r) for r in s.get("retrieved", [])]
+            s["triggers"] = [TriggerRecord.from_dict(r) for r in s.get("triggers", [])]
             steps.append(Step(**s))
         fields = {k: v for k, v in data.items() if k not in ("counters", "steps")}
         return cls(**fields, steps=steps, counters=Counters(**counters))
+
+
+def as_trace(trace: Trace | dict[str, Any]) -> Trace:
+    """A ``Trace`` from a trace or its dict (as stored in a run's results)."""
+    return trace if isinstance(trace, Trace) else Trace.from_dict(trace)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import socket
 import threading
 import time
@@ -23,11 +22,12 @@ from typing import Any, Literal
 import httpx
 
 from quco.config import CorpusStatsConfig
-from quco.corpus_stats.base import CountResult, Phrase
+from quco.corpus_stats.base import CountResult, Phrase, answer
 from quco.corpus_stats.phrases import aliases, describe, describe_pair
 from quco.corpus_stats.protocol import COOCCURRENCE_FIELD, QUERY_TERMS_FIELD, compose
 from quco.corpus_stats.rates import HOSTED_INDEX_TOKENS
 from quco.errors import ConfigError
+from quco.retry import RetryPolicy, send_with_retries
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,24 @@ class _Rejected(Exception):
 
 class _Transient(Exception):
     """A failure worth retrying (timeout, connection, 429/5xx, unreadable answer)."""
+
+
+def _answer(resp: httpx.Response) -> dict[str, Any]:
+    """The decoded answer; raises _Transient (429/5xx, not a JSON object, no count) or _Rejected (4xx, error)."""
+    try:
+        data = resp.json()
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
+        data = None
+    if resp.status_code == 429 or resp.status_code >= 500:
+        detail = data.get("error") if isinstance(data, dict) else resp.text[:200]
+        raise _Transient(f"HTTP {resp.status_code}: {detail}")
+    if not isinstance(data, dict):
+        raise _Transient(f"HTTP {resp.status_code} with a body that is not a JSON object: {resp.text[:80]!r}")
+    if resp.status_code >= 400 or "error" in data:
+        raise _Rejected(f"HTTP {resp.status_code}: {data.get('error', data)}")
+    if not isinstance(data.get("count"), int):
+        raise _Transient(f"answer has no integer 'count': {str(data)[:120]}")
+    return data
 
 
 def _key_from_env(name: str | None) -> str | None:
@@ -84,6 +102,13 @@ class InfiniGramAPI:
         self.backoff_s = float(backoff_s)
         self.max_backoff_s = float(max_backoff_s)
         self.concurrency = max(1, int(concurrency))
+        self._policy = RetryPolicy(
+            retries=self.retries,
+            backoff_s=self.backoff_s,
+            max_backoff_s=self.max_backoff_s,
+            retry_on=(httpx.HTTPError,),
+            retry_after=False,
+        )
         self._total_tokens = total_tokens if total_tokens is not None else HOSTED_INDEX_TOKENS.get(index)
         self._total_lock = threading.Lock()
         self._total_failed_at = 0.0
@@ -120,41 +145,31 @@ class InfiniGramAPI:
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
         """One request with retries; returns the decoded answer or raises _Rejected / _Transient."""
-        last: Exception | None = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                delay = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
-                time.sleep(delay * random.uniform(0.5, 1.5))
-                self.retries_done += 1
-            try:
-                self.requests_sent += 1
-                resp = self.client.post(self.url, json=payload)
-            except httpx.TimeoutException as exc:
-                last = _Transient(f"timed out after {self.timeout_s:g}s ({type(exc).__name__})")
-                continue
-            except httpx.HTTPError as exc:
-                last = _Transient(f"{type(exc).__name__}: {exc}")
-                continue
-            try:
-                data = resp.json()
-            except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
-                data = None
-            if resp.status_code == 429 or resp.status_code >= 500:
-                detail = data.get("error") if isinstance(data, dict) else resp.text[:200]
-                last = _Transient(f"HTTP {resp.status_code}: {detail}")
-                continue
-            if not isinstance(data, dict):
-                last = _Transient(
-                    f"HTTP {resp.status_code} with a body that is not a JSON object: {resp.text[:80]!r}"
-                )
-                continue
-            if resp.status_code >= 400 or "error" in data:
-                raise _Rejected(f"HTTP {resp.status_code}: {data.get('error', data)}")
-            if not isinstance(data.get("count"), int):
-                last = _Transient(f"answer has no integer 'count': {str(data)[:120]}")
-                continue
-            return data
-        raise _Transient(f"failed after {self.retries + 1} attempts: {last}")
+        last = send_with_retries(
+            lambda: self.client.post(self.url, json=payload),
+            self._policy,
+            self._judge,
+            f"{BACKEND} at {self.url}",
+        )
+        self.requests_sent += last.attempts
+        self.retries_done += last.attempts - 1
+        if last.problem is not None or last.response is None:
+            raise _Transient(f"failed after {last.attempts} attempts: {last.problem}")
+        return _answer(last.response)
+
+    def _judge(self, response: httpx.Response | None, error: Exception | None) -> str | None:
+        if isinstance(error, httpx.TimeoutException):
+            return f"timed out after {self.timeout_s:g}s ({type(error).__name__})"
+        if error is not None:
+            return f"{type(error).__name__}: {error}"
+        assert response is not None
+        try:
+            _answer(response)
+        except _Transient as exc:
+            return str(exc)
+        except _Rejected:
+            pass
+        return None
 
     def _ask(self, clauses: list[list[str]], cnf: bool) -> tuple[int, bool]:
         payload: dict[str, Any] = {"index": self.index, "query_type": "count"}
@@ -174,17 +189,7 @@ class InfiniGramAPI:
         return int(data["count"]), bool(data.get("approx", False))
 
     def _result(self, query: str, started: float, count=None, approx=False, error=None) -> CountResult:
-        return CountResult(
-            query=query,
-            count=count,
-            exact=not approx,
-            backend=self.name,
-            index=self.index,
-            seconds=time.perf_counter() - started,
-            status="ok" if error is None else "unknown",
-            error=error,
-            total_tokens=self.total_tokens,
-        )
+        return answer(self, query, started, count, exact=not approx, error=error)
 
     @property
     def total_tokens(self) -> int | None:

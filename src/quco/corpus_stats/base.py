@@ -6,6 +6,7 @@ and the caller applies an explicit policy. A silently skipped check is a defect.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -32,6 +33,29 @@ class CountResult:
         if self.count is None or not self.total_tokens:
             return None
         return self.count * 1e9 / self.total_tokens
+
+
+def answer(
+    stats: CorpusStats,
+    query: str,
+    started: float,
+    count: int | None = None,
+    *,
+    exact: bool = True,
+    error: str | None = None,
+) -> CountResult:
+    """A backend's answer to ``query``, asked at ``started`` (``time.perf_counter()``); unknown with an error."""
+    return CountResult(
+        query=query,
+        count=count,
+        exact=exact,
+        backend=stats.name,
+        index=stats.index,
+        seconds=time.perf_counter() - started,
+        status="ok" if error is None else "unknown",
+        error=error,
+        total_tokens=stats.total_tokens,
+    )
 
 
 @runtime_checkable

@@ -15,11 +15,9 @@ import json
 import logging
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +28,7 @@ from tqdm import tqdm
 from quco.corpus_stats.encoding import CorpusEncoder
 from quco.corpus_stats.tokenizer import TOKENIZER_FILE, IndexTokenizer, load_tokenizer
 from quco.errors import QucoError
+from quco.storage import staged, staging_dir
 
 log = logging.getLogger(__name__)
 
@@ -239,12 +238,9 @@ def build_local_index(
         raise StatsIndexError(f"index directory {out_dir} already exists; remove it or choose another --out")
     tok = load_tokenizer(tokenizer)
     encoder = CorpusEncoder(tok)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    check_index_path(tmp)
-    tmp.mkdir()
+    check_index_path(staging_dir(out_dir))
     started = time.perf_counter()
-    try:
+    with staged(out_dir, replace=False) as tmp:  # the rename fails if out_dir appeared meanwhile
         sha = hashlib.sha256()
         writer = _ShardWriter(tmp, tok, max_shard_tokens)
         bar = tqdm(
@@ -323,18 +319,7 @@ def build_local_index(
             suffix_array_seconds=round(suffix_array_s, 3),
         )
         (tmp / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
-        os.rename(tmp, out_dir)  # atomic on one filesystem; fails if out_dir appeared meanwhile
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
-
-
-def clean_stale_builds(out_dir: Path) -> None:
-    """Remove temporary directories left beside ``out_dir`` by killed builds (call it holding the build lock)."""
-    out_dir = Path(out_dir).expanduser().resolve()
-    for stale in out_dir.parent.glob(f".{out_dir.name}.building-*"):
-        shutil.rmtree(stale, ignore_errors=True)
 
 
 def index_size_bytes(index_dir: Path) -> int:

@@ -13,13 +13,12 @@ from quco.corpus_stats.build import (
     StatsIndexError,
     build_local_index,
     check_index_path,
-    clean_stale_builds,
 )
 from quco.corpus_stats.local import LocalInfiniGram
 from quco.corpus_stats.tokenizer import load_tokenizer, tokenizer_label
 from quco.errors import ConfigError
-from quco.locks import build_lock
 from quco.paths import cache_dir
+from quco.storage import clean_stale_builds, locked
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +67,7 @@ def open_or_build_local(
     if not index_dir.exists():
         index_dir.parent.mkdir(parents=True, exist_ok=True)
         # One builder at a time; others wait, then open what it built.
-        with build_lock(index_dir):
+        with locked(index_dir):
             clean_stale_builds(index_dir)
             if not index_dir.exists():
                 log.info("building corpus-statistics index %s", index_dir)

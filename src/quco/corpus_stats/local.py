@@ -21,11 +21,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
-from quco.corpus_stats.base import CountResult, Phrase
+from quco.corpus_stats.base import CountResult, Phrase, answer
 from quco.corpus_stats.build import Manifest, StatsIndexError, check_index_path
 from quco.corpus_stats.phrases import aliases, describe, describe_pair, drop_extensions
 from quco.corpus_stats.tokenizer import TOKENIZER_FILE, IndexTokenizer
@@ -182,18 +182,8 @@ class LocalInfiniGram:
 
     def _result(
         self, query: str, count: int | None, started: float, exact: bool = True, error: str | None = None
-    ):
-        return CountResult(
-            query=query,
-            count=count,
-            exact=exact,
-            backend=self.name,
-            index=self.index,
-            seconds=time.perf_counter() - started,
-            status="ok" if error is None else "unknown",
-            error=error,
-            total_tokens=self.total_tokens,
-        )
+    ) -> CountResult:
+        return answer(self, query, started, count, exact=exact, error=error)
 
     def _encode(self, phrase: Phrase) -> list[tuple[int, ...]]:
         """Alias set -> disjoint token sequences; raises ValueError when nothing countable is left."""
@@ -332,17 +322,25 @@ class LocalInfiniGram:
             found[np.searchsorted(cum, np.flatnonzero(mask), side="right") - 1] = True
         return found
 
-    def _window_exact(self, clauses: list[list[tuple[int, ...]]], max_diff: int) -> int:
-        """Occurrences of the rarest clause with every other clause starting within ``max_diff`` tokens of it in
-        the same document: the paper's window, without the engine's document-boundary artefact."""
+    def _clause_infos(self, clauses: list[list[tuple[int, ...]]]) -> list[tuple[int, Any, Any]] | None:
+        """(occurrences, token sequences, suffix-array ranges) of each clause, rarest first; None as soon as
+        one clause never occurs."""
         infos = []
         for seqs in clauses:
             ranges = [self._ranges(s) for s in seqs]
             n = sum(e - s for r in ranges for s, e in r)
             if n == 0:
-                return 0
+                return None
             infos.append((n, seqs, ranges))
         infos.sort(key=lambda x: x[0])
+        return infos
+
+    def _window_exact(self, clauses: list[list[tuple[int, ...]]], max_diff: int) -> int:
+        """Occurrences of the rarest clause with every other clause starting within ``max_diff`` tokens of it in
+        the same document: the paper's window, without the engine's document-boundary artefact."""
+        infos = self._clause_infos(clauses)
+        if infos is None:
+            return 0
         total = 0
         for si, shard in enumerate(self._shards):
             rare = self._positions(si, infos[0][2])
@@ -360,14 +358,9 @@ class LocalInfiniGram:
 
     def _doc_count(self, clauses: list[list[tuple[int, ...]]]) -> int:
         """Documents containing every clause; starts from the rarest and narrows the candidate set."""
-        infos = []
-        for seqs in clauses:
-            ranges = [self._ranges(s) for s in seqs]
-            n = sum(e - s for r in ranges for s, e in r)
-            if n == 0:
-                return 0
-            infos.append((n, seqs, ranges))
-        infos.sort(key=lambda x: x[0])
+        infos = self._clause_infos(clauses)
+        if infos is None:
+            return 0
         docs = self._docs(infos[0][2])
         for n, seqs, ranges in infos[1:]:
             if not docs.size:

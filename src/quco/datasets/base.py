@@ -53,7 +53,7 @@ class Record:
     data: dict[str, Any]
 
 
-def _open_text(path: Path):
+def open_text(path: Path):
     if path.name.endswith(".gz"):
         return gzip.open(path, "rt", encoding="utf-8")
     return path.open("r", encoding="utf-8")
@@ -69,9 +69,9 @@ def read_records(path: Path) -> list[Record]:
     if not path.is_file():
         raise DatasetError(f"dataset file not found: {path}; set QUCO_DATA_DIR or pass an existing file")
     try:
-        with _open_text(path) as fh:
+        with open_text(path) as fh:
             if is_jsonl(path):
-                return list(_jsonl_records(path, fh))
+                return list(jsonl_records(path, fh))
             try:
                 data = json.load(fh)
             except json.JSONDecodeError as exc:
@@ -97,7 +97,7 @@ def read_records(path: Path) -> list[Record]:
     raise DatasetError(f"{path} holds a JSON {type(data).__name__}; expected a list or an object of records")
 
 
-def _jsonl_records(path: Path, fh) -> Iterator[Record]:
+def jsonl_records(path: Path, fh) -> Iterator[Record]:
     for lineno, line in enumerate(fh, start=1):
         if not line.strip():
             continue

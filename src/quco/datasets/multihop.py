@@ -6,7 +6,6 @@ shape decides, so a file can be passed without saying which variant it is.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,10 @@ from quco.datasets.base import (
     Example,
     answer_list,
     check_unique_ids,
+    jsonl_records,
     need,
     need_text,
+    open_text,
     read_records,
 )
 
@@ -31,18 +32,14 @@ def read_2wiki_aliases(path: Path) -> dict[str, list[str]]:
     """``id_aliases.json`` of the official release: one JSON object per line, {Q_id, aliases, demonyms}."""
     aliases: dict[str, list[str]] = {}
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        with open_text(path) as fh:
+            records = list(jsonl_records(path, fh))
+    except (OSError, UnicodeDecodeError, EOFError) as exc:
         raise DatasetError(f"cannot read 2WikiMultihopQA aliases file {path}: {exc}") from exc
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}: line {lineno} is not valid JSON: {exc.msg}") from exc
-        if not isinstance(item, dict) or "Q_id" not in item:
-            raise DatasetError(f"{path}: line {lineno} has no field 'Q_id'; expected {{Q_id, aliases}}")
+    for rec in records:
+        item = rec.data
+        if "Q_id" not in item:
+            raise DatasetError(f"{path}: {rec.where} has no field 'Q_id'; expected {{Q_id, aliases}}")
         # Only 'aliases' count as gold, as in the published evaluation (demonyms are not used).
         aliases[str(item["Q_id"])] = [str(a) for a in item.get("aliases") or []]
     return aliases

@@ -34,7 +34,10 @@ class Parts:
     retriever: Retriever | None = None
     corpus_stats: CorpusStats | None = None
     extractor_generator: Generator | None = None  # separate model for the LLM extractor, if configured
-    extras: dict[str, Any] = field(default_factory=dict)  # method-specific parts (e.g. a dense retriever)
+    # Retrievers a method searches besides the pipeline's, by name (DTR's dense index); the loop looks them up
+    # when a decision names one.
+    retrievers: dict[str, Retriever] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)  # other method-specific parts (a loaded model)
 
 
 @dataclass
@@ -42,15 +45,28 @@ class RunContext:
     parts: Parts
     trace: Trace
     retrieved_ids: set[str] = field(default_factory=set)
+    _timers: list[list[Any]] = field(
+        default_factory=list, repr=False
+    )  # open [component, seconds so far, start]
 
     # -- timing --------------------------------------------------------------------------------------
     @contextmanager
     def timed(self, component: str) -> Iterator[None]:
-        start = time.perf_counter()
+        """Add the block's wall time to ``component``; a timed block inside it (an LLM extractor's call inside
+        "extraction") is counted once, under its own component, so the components sum to the wall time."""
+        now = time.perf_counter()
+        if self._timers:  # pause the enclosing component
+            outer = self._timers[-1]
+            outer[1] += now - outer[2]
+        self._timers.append([component, 0.0, now])
         try:
             yield
         finally:
-            self.trace.counters.add_seconds(component, time.perf_counter() - start)
+            name, spent, start = self._timers.pop()
+            end = time.perf_counter()
+            self.trace.counters.add_seconds(name, spent + end - start)
+            if self._timers:
+                self._timers[-1][2] = end  # resume the enclosing component
 
     # -- LLM -----------------------------------------------------------------------------------------
     def generate(
@@ -69,7 +85,9 @@ class RunContext:
             outs = gen.generate(prompt, max_new_tokens=max_new_tokens, stop=stops, **options)
         for out in outs:
             # Each returned sequence is one generation: n samples cost n calls' worth of tokens.
-            self.trace.counters.add_llm(role, out.prompt_tokens, len(out.token_ids))
+            self.trace.counters.add_llm(
+                role, out.prompt_tokens, len(out.token_ids), evaluated=out.prompt_tokens_evaluated
+            )
             if out.prompt_truncated:
                 note = f"prompt for role '{role}' exceeded the context window and was left-truncated"
                 if note not in self.trace.notes:

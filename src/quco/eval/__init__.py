@@ -1,7 +1,7 @@
 """Evaluation: faithful metrics, resumable runs, confidence intervals, paired tests, analyses and reports."""
 
 from quco.eval.metrics import exact_match, extract_answer, f1_score, normalize_answer, score_prediction
-from quco.eval.runner import RunSummary, reprompt_answer, run_eval
+from quco.eval.runner import RunSummary, run_eval
 from quco.eval.runs import Run, load_run, record_costs
 from quco.eval.stats import (
     Comparison,
@@ -29,7 +29,6 @@ __all__ = [
     "normalize_answer",
     "paired_test",
     "record_costs",
-    "reprompt_answer",
     "run_eval",
     "score_prediction",
     "write_report",

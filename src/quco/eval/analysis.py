@@ -1,7 +1,7 @@
 """The paper's analyses, computed from recorded traces only (no model is run again).
 
 - EM by question-entity frequency (QuCo-RAG Fig. 5 / Table 10): questions binned by the corpus count of
-  their entities, as recorded by QuCo's stage 1 (``signals["entity_counts"]`` / ``signals["mean_count"]``).
+  their entities, as recorded by QuCo's stage-1 trigger record (the mean entity count).
   Runs of other methods are binned by the frequencies another run recorded for the same questions.
 - EM against retrievals, tokens and LLM calls (Fig. 3), per run and per question.
 - Runtime by component (Fig. 4) from ``counters.seconds``.
@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from quco.eval.runs import COST_FIELDS, Run, component_seconds, record_costs
-from quco.trace import COMPONENTS
+from quco.signals.record import TriggerRecord
+from quco.trace import COMPONENTS, Step, as_trace
 
 # Decade bins of corpus counts: 0, 1-9, 10-99, ..., >= 1e6.
 FREQUENCY_EDGES: tuple[float, ...] = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, math.inf)
@@ -40,23 +41,32 @@ def _bin_label(low: float, high: float) -> str:
     return f"{fmt(low)}-{fmt(high - 1) if high <= 1000 else fmt(high)}"
 
 
+def records_of(
+    rec: dict[str, Any], signal: str | None = None, param: str | None = None
+) -> list[tuple[Step, TriggerRecord]]:
+    """The trigger records of one question's trace, with their steps (those of ``signal``/``param`` if given)."""
+    trace = rec.get("trace")
+    if not trace:
+        return []
+    return [
+        (step, r)
+        for step in as_trace(trace).steps
+        for r in step.triggers
+        if (signal is None or r.signal == signal) and (param is None or r.param == param)
+    ]
+
+
 def question_frequency(rec: dict[str, Any], stat: str = "mean") -> float | None:
-    """Corpus frequency of a question's entities from its stage-1 step: their mean (default) or minimum count."""
-    trace = rec.get("trace") or {}
-    for step in trace.get("steps", []):
-        signals = step.get("signals") or {}
-        if step.get("stage") != "before" or "entity_counts" not in signals:
-            continue
-        if stat == "mean" and signals.get("mean_count") is not None:
-            return float(signals["mean_count"])
+    """Corpus frequency of a question's entities from its stage-1 record: their mean (default) or minimum count."""
+    for step, record in records_of(rec, "mean_entity_count"):
+        if stat == "mean":
+            return record.scores[0] if record.scores else None
         counts = [
             float(c["count"])
-            for c in signals["entity_counts"]
+            for c in step.signals.get("entity_counts", [])
             if c.get("count") is not None and c.get("status", "ok") == "ok"
         ]
-        if not counts:
-            return None
-        return float(np.mean(counts)) if stat == "mean" else float(min(counts))
+        return float(min(counts)) if counts else None
     return None
 
 
@@ -223,50 +233,54 @@ def threshold_sweep(
 
 
 def claim_flag_rates(
-    run: Run, thresholds: Sequence[float], kind: str = "cooccurrence"
+    run: Run, thresholds: Sequence[float], param: str = "cooccurrence_threshold"
 ) -> list[tuple[float, float]]:
-    """Stage-2 sweep: share of recorded claims of ``kind`` ("cooccurrence" or "head_count") flagged at each threshold.
+    """Stage-2 sweep: share of judged sentences a threshold of ``param`` would flag.
 
-    Only the claims that were scanned are recorded (a scan stops at the first flagged sentence), so at a
-    higher threshold than the run's this is a lower bound.
+    ``param`` is "cooccurrence_threshold" (the sentence's lowest head/tail co-occurrence) or "head_threshold"
+    (its lowest head count); sentences without a claim of that kind are left out. Only the sentences that were
+    scanned are recorded (a scan stops at the first flagged sentence), so above the run's own threshold this is
+    a lower bound.
     """
-    counts = []
-    for rec in run.records:
-        for step in (rec.get("trace") or {}).get("steps", []):
-            for sent in (step.get("signals") or {}).get("sentences", []) or []:
-                for claim in sent.get("claims", []) or []:
-                    if claim.get("kind") == kind and claim.get("count") is not None:
-                        counts.append(float(claim["count"]))
-    if not counts:
+    scores = [s for rec in run.records for _, r in records_of(rec, param=param) for s in r.known_scores()]
+    if not scores:
         return []
-    arr = np.asarray(counts)
+    arr = np.asarray(scores)
     return [(float(t), float(np.mean(arr < t))) for t in thresholds]
 
 
-def trigger_scores(run: Run) -> list[float]:
-    """Every candidate score recorded by thresholded checks (``signals["trigger"]["scores"]``)."""
-    scores: list[float] = []
-    for rec in run.records:
-        for step in (rec.get("trace") or {}).get("steps", []):
-            trigger = (step.get("signals") or {}).get("trigger")
-            if isinstance(trigger, dict):
-                scores += [float(s) for s in trigger.get("scores") or []]
-    return scores
+def trigger_scores(run: Run, param: str | None = None) -> list[float]:
+    """Every candidate score recorded by thresholded decisions (of ``param`` if given)."""
+    return [
+        s
+        for rec in run.records
+        for _, r in records_of(rec, param=param)
+        if r.rule != "always" and r.param
+        for s in r.known_scores()
+    ]
 
 
-def trigger_sweep(run: Run, thresholds: Sequence[float] | None = None, points: int = 9) -> list[Any]:
-    """Replayed retrieval rate of a run's thresholded trigger (FLARE, DRAGIN, ETC, ...) across thresholds.
+def trigger_sweep(
+    run: Run, thresholds: Sequence[float] | None = None, points: int = 9, param: str | None = None
+) -> list[Any]:
+    """Replayed retrieval rate of a run's thresholded trigger across thresholds of ``param``.
 
-    Delegates to ``quco.triggers.sweep``, which re-decides every recorded check; ``exact_share`` says how much
-    of each point is certain (decisions after the first changed one are estimates). Default thresholds: the
-    quantiles of the recorded scores. Empty when the run's traces hold no trigger records.
+    ``param`` defaults to the parameter the run's records name most (``threshold`` for FLARE, DRAGIN, ETC,
+    black-box; ``entity_threshold`` for QuCo-RAG). Delegates to ``quco.signals.replay``, which re-decides every
+    recorded step; ``exact_share`` says how much of each point is certain (decisions after the first changed one
+    are estimates). Default thresholds: the quantiles of the recorded scores. Empty without trigger records.
     """
-    from quco.triggers.sweep import sweep
+    from quco.signals.replay import sweep, trace_params
 
-    scores = trigger_scores(run)
+    traces = [r["trace"] for r in run.records if r.get("trace")]
+    if param is None:
+        params = trace_params(traces)
+        if not params:
+            return []
+        param = params[0]
+    scores = trigger_scores(run, param)
     if not scores:
         return []
     if thresholds is None:
         thresholds = sorted({round(float(q), 6) for q in np.quantile(scores, np.linspace(0, 1, points))})
-    traces = [r["trace"] for r in run.records if r.get("trace")]
-    return sweep(traces, thresholds)
+    return sweep(traces, thresholds, param)

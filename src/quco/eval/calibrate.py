@@ -8,9 +8,11 @@ review of 2501.09292 names). Two targets:
 - ``em``: θ candidates at several rates from that pass are each run on the split; the best exact match wins
   (ties: fewer retrievals per question).
 
-It works for any method whose parameters have ``threshold`` and whose checks record their candidate scores
-as ``signals["trigger"]`` with rule "above" or "abs_above" (black-box, FLARE, DRAGIN, ETC): a check fires when
-its largest (absolute) score exceeds θ, so that score stands for the check.
+It works for any thresholded parameter whose decisions emit trigger records (``--param``; default
+``threshold``): FLARE, DRAGIN, ETC and the black-box triggers (``threshold``), QuCo-RAG's stage 1
+(``entity_threshold``) and stage 2 (``cooccurrence_threshold``, ``head_threshold``), DTR
+(``uncertainty_threshold``). A decision fires when its most extreme score crosses θ (the largest for "above",
+the smallest for "below"), so that score stands for the decision.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import typer
 import yaml
 
 from quco.errors import ConfigError, QucoError
+from quco.signals.record import TriggerRecord, crosses
 
 log = logging.getLogger(__name__)
 
@@ -51,50 +54,54 @@ class CalibrationResult:
     target: str
     questions: int
     scores: list[float]  # U of every check in the never-retrieving pass
-    predicted_rate: float  # share of those scores above θ
+    predicted_rate: float  # share of those scores that fire at θ
     candidates: list[Candidate] = field(default_factory=list)
+    param: str = "threshold"  # the method parameter θ is for
 
 
 # -- pure choices --------------------------------------------------------------------------------------------
 
 
-def threshold_for_rate(scores: Sequence[float], rate: float) -> float:
-    """θ whose share of ``scores`` strictly above it is closest to ``rate`` (ties: the higher θ, fewer fires).
+def _oriented(rule: str) -> float:
+    """+1 where higher scores fire (above, abs_above, at_least), -1 where lower ones do (below)."""
+    if rule in ("above", "abs_above", "at_least"):
+        return 1.0
+    if rule == "below":
+        return -1.0
+    raise QucoError(f"cannot calibrate a trigger with rule '{rule}'; it has no threshold")
 
-    Candidates are the distinct scores themselves (θ = a score fires on those above it) and one below the
-    smallest score (fires on all).
+
+def threshold_for_rate(scores: Sequence[float], rate: float, rule: str = "above") -> float:
+    """θ whose share of ``scores`` that fire is closest to ``rate`` (ties: the θ that fires less).
+
+    Candidates are the distinct scores themselves (θ = a score fires on those beyond it) and one beyond the
+    most extreme score (fires on all).
     """
     if not scores:
-        raise QucoError("no check was scored on the calibration questions; nothing to calibrate")
+        raise QucoError("no decision was scored on the calibration questions; nothing to calibrate")
     if not 0.0 <= rate <= 1.0:
         raise QucoError(f"target rate must be between 0 and 1, got {rate}")
-    values = sorted(set(float(s) for s in scores))
+    sign = _oriented(rule)
+    values = sorted({sign * float(s) for s in scores})  # in the orientation where higher fires
     below = values[0] - max(1.0, abs(values[0]))
     best, best_gap = below, abs(1.0 - rate)
-    n = len(scores)
     for v in values:
-        share = sum(s > v for s in scores) / n
-        gap = abs(share - rate)
+        gap = abs(fire_rate(scores, sign * v, rule) - rate)
         if gap <= best_gap + 1e-12:
             best, best_gap = v, gap
-    return best
+    return sign * best
 
 
-def check_score(trigger: dict[str, Any]) -> float:
-    """The score that decides a recorded check: it fires at some candidate iff this exceeds θ."""
-    rule = trigger.get("rule")
-    values = [float(v) for v in trigger["scores"]]
-    if rule == "above":
-        return max(values)
-    if rule == "abs_above":
+def check_score(record: TriggerRecord) -> float:
+    """The score that decides a recorded decision: it fires at some candidate iff this one crosses θ."""
+    values = record.known_scores()
+    if record.rule == "abs_above":
         return max(abs(v) for v in values)
-    raise QucoError(
-        f"cannot calibrate a trigger with rule '{rule}'; calibration handles 'above' and 'abs_above'"
-    )
+    return max(values) if _oriented(record.rule) > 0 else min(values)
 
 
-def fire_rate(scores: Sequence[float], threshold: float) -> float:
-    return sum(s > threshold for s in scores) / len(scores) if scores else 0.0
+def fire_rate(scores: Sequence[float], threshold: float, rule: str = "above") -> float:
+    return sum(crosses(s, threshold, rule) for s in scores) / len(scores) if scores else 0.0
 
 
 def best_candidate(candidates: Sequence[Candidate]) -> Candidate:
@@ -106,15 +113,13 @@ def best_candidate(candidates: Sequence[Candidate]) -> Candidate:
 
 # -- writing the config --------------------------------------------------------------------------------------
 
-_THRESHOLD_LINE = re.compile(r"^(?P<indent>[ \t]+)threshold:[^\n]*$", re.MULTILINE)
-
 
 def _yaml_float(value: float) -> str:
     return repr(float(value)) if math.isfinite(value) else (".inf" if value > 0 else "-.inf")
 
 
-def write_threshold(path: str | Path, threshold: float, note: str) -> None:
-    """Set ``params.threshold`` in a YAML config, keeping the rest of the file (and its comments) as it is."""
+def write_threshold(path: str | Path, threshold: float, note: str, param: str = "threshold") -> None:
+    """Set ``params.<param>`` in a YAML config, keeping the rest of the file (and its comments) as it is."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8") if path.exists() else ""
@@ -123,56 +128,86 @@ def write_threshold(path: str | Path, threshold: float, note: str) -> None:
         raise ConfigError(f"cannot read config file {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping at the top level")
-    line = f"threshold: {_yaml_float(threshold)}  # {note}"
+    line = f"{param}: {_yaml_float(threshold)}  # {note}"
+    key_line = re.compile(rf"^(?P<indent>[ \t]+){re.escape(param)}:[^\n]*$", re.MULTILINE)
     params = data.get("params")
     params_block = re.search(r"^params:[ \t]*(#.*)?$", text, re.MULTILINE)
-    if isinstance(params, dict) and "threshold" in params and params_block:
+    if isinstance(params, dict) and param in params and params_block:
         start = params_block.end()
         nxt = re.search(r"^\S", text[start + 1 :], re.MULTILINE)
         end = start + 1 + nxt.start() if nxt else len(text)
-        block = _THRESHOLD_LINE.sub(lambda m: m.group("indent") + line, text[start:end], count=1)
+        block = key_line.sub(lambda m: m.group("indent") + line, text[start:end], count=1)
         text = text[:start] + block + text[end:]
     elif isinstance(params, dict) and params_block:
         text = text[: params_block.end()] + f"\n  {line}" + text[params_block.end() :]
     elif params is None and not params_block:
         text = text.rstrip("\n") + ("\n" if text.strip() else "") + f"params:\n  {line}\n"
     else:
-        raise ConfigError(f"cannot place params.threshold in {path}: write 'params:' as a block mapping")
+        raise ConfigError(f"cannot place params.{param} in {path}: write 'params:' as a block mapping")
     check = yaml.safe_load(text)
-    if not math.isclose(float(check["params"]["threshold"]), threshold, rel_tol=1e-12, abs_tol=0.0):
-        raise ConfigError(f"could not write params.threshold into {path}")  # pragma: no cover - guard
+    if not math.isclose(float(check["params"][param]), threshold, rel_tol=1e-12, abs_tol=0.0):
+        raise ConfigError(f"could not write params.{param} into {path}")  # pragma: no cover - guard
     path.write_text(text, encoding="utf-8")
 
 
 # -- running -------------------------------------------------------------------------------------------------
 
 
-def _set_threshold(pipe: Any, threshold: float) -> None:
-    pipe.method.params = pipe.method.params.model_copy(update={"threshold": threshold})
+def _set_threshold(pipe: Any, param: str, threshold: float) -> None:
+    pipe.method.params = pipe.method.params.model_copy(update={param: threshold})
 
 
-def _run(pipe: Any, examples: Sequence[Any], threshold: float) -> tuple[Candidate, list[float]]:
-    """Answer ``examples`` with θ; the candidate's numbers and the scores of every check."""
+# The rule each thresholded parameter is compared with (ETC's abs_above orients like above).
+PARAM_RULES = {
+    "threshold": "above",
+    "entity_threshold": "below",
+    "cooccurrence_threshold": "below",
+    "head_threshold": "below",
+    "uncertainty_threshold": "at_least",
+}
+
+
+def _never(param: str) -> float:
+    """A threshold at which ``param``'s rule never fires."""
+    return math.inf if _oriented(PARAM_RULES[param]) > 0 else -math.inf
+
+
+@dataclass
+class _Pass:
+    candidate: Candidate
+    scores: list[float]
+    rule: str
+
+
+def _run(pipe: Any, examples: Sequence[Any], param: str, threshold: float) -> _Pass:
+    """Answer ``examples`` with θ for ``param``; the candidate's numbers and the scores of every decision."""
     from quco.eval.metrics import score_prediction
 
-    _set_threshold(pipe, threshold)
+    _set_threshold(pipe, param, threshold)
     em = fired = checks = retrievals = calls = 0.0
     scores: list[float] = []
+    rule = ""
     for ex in examples:
         trace = pipe.answer(ex.question)
         em += score_prediction(trace.prediction, ex.answers, ex.kind, ex.dataset).em
         for step in trace.steps:
-            trigger = step.signals.get("trigger")
-            if step.stage != "generate" or not isinstance(trigger, dict) or not trigger.get("scores"):
-                continue
-            scores.append(check_score(trigger))
-            checks += 1
-            fired += step.decision == "retrieve"
+            for record in step.triggers:
+                if record.param != param or not record.known_scores():
+                    continue
+                rule = record.rule
+                scores.append(check_score(record))
+                checks += 1
+                fired += record.fired
         retrievals += trace.counters.retrievals
         calls += trace.counters.total_llm_calls
     n = max(1, len(examples))
     cand = Candidate(threshold, em / n, fired / checks if checks else 0.0, retrievals / n, calls / n)
-    return cand, scores
+    return _Pass(cand, scores, rule)
+
+
+def thresholded_params(method: Any) -> list[str]:
+    """The parameters of a method that hold a trigger threshold (calibratable)."""
+    return [k for k in PARAM_RULES if k in type(method.params).model_fields]
 
 
 def calibrate(
@@ -185,8 +220,9 @@ def calibrate(
     rates: Sequence[float] = DEFAULT_RATES,
     overrides: dict[str, Any] | None = None,
     progress: bool = False,
+    param: str | None = None,
 ) -> CalibrationResult:
-    """Choose θ on questions ``offset .. offset+limit-1`` of ``dataset`` (nothing is written).
+    """Choose θ for ``param`` on questions ``offset .. offset+limit-1`` of ``dataset`` (nothing is written).
 
     ``config`` is a YAML path, a ``PipelineConfig``, or a built ``Pipeline`` (reused, e.g. to calibrate
     several targets on one loaded model; its method's threshold is changed in place).
@@ -202,26 +238,44 @@ def calibrate(
     else:
         cfg = config if isinstance(config, PipelineConfig) else load_config(config, overrides=overrides)
         pipe = Pipeline.from_config(cfg, progress=progress)
-    if "threshold" not in type(pipe.method.params).model_fields:
-        raise QucoError(f"method '{pipe.method.name}' has no 'threshold' parameter to calibrate")
+    available = thresholded_params(pipe.method)
+    param = param or ("threshold" if "threshold" in available else None)
+    if param is None or param not in available:
+        names = ", ".join(available) or "none"
+        raise QucoError(
+            f"method '{pipe.method.name}' has no parameter '{param or 'threshold'}' to calibrate; "
+            f"pass --param with one of: {names}"
+        )
     examples = load_dataset(dataset, limit=limit, offset=offset)
     if not examples:
         raise QucoError(f"no questions selected from {dataset} (offset {offset}, limit {limit})")
-    log.info("scoring every check of %d questions without retrieval", len(examples))
-    never, scores = _run(pipe, examples, math.inf)
+    log.info("scoring every decision of %d questions with %s never firing", len(examples), param)
+    never = _run(pipe, examples, param, _never(param))
+    scores, rule = never.scores, never.rule or PARAM_RULES[param]
     if target == "rate":
-        theta = threshold_for_rate(scores, rate)
-        return CalibrationResult(theta, "rate", len(examples), scores, fire_rate(scores, theta))
+        theta = threshold_for_rate(scores, rate, rule)
+        return CalibrationResult(
+            theta, "rate", len(examples), scores, fire_rate(scores, theta, rule), param=param
+        )
     cands: list[Candidate] = []
-    for theta in sorted({threshold_for_rate(scores, r) for r in rates}, reverse=True):
-        if fire_rate(scores, theta) == 0.0:  # retrieves nowhere: the same run as the pass above
-            cands.append(Candidate(theta, never.em, 0.0, 0.0, never.llm_calls_per_question))
+    thetas = {threshold_for_rate(scores, r, rule) for r in rates}
+    for theta in sorted(thetas, key=lambda t: -_oriented(rule) * t):
+        if fire_rate(scores, theta, rule) == 0.0:  # fires nowhere: the same run as the pass above
+            cands.append(
+                Candidate(theta, never.candidate.em, 0.0, 0.0, never.candidate.llm_calls_per_question)
+            )
             continue
-        log.info("evaluating threshold %g", theta)
-        cands.append(_run(pipe, examples, theta)[0])
+        log.info("evaluating %s = %g", param, theta)
+        cands.append(_run(pipe, examples, param, theta).candidate)
     best = best_candidate(cands)
     return CalibrationResult(
-        best.threshold, "em", len(examples), scores, fire_rate(scores, best.threshold), cands
+        best.threshold,
+        "em",
+        len(examples),
+        scores,
+        fire_rate(scores, best.threshold, rule),
+        cands,
+        param=param,
     )
 
 
@@ -287,6 +341,24 @@ def scores_from_run(run_dir: str | Path, config: Any) -> tuple[list[float], int,
     return scores, questions, span
 
 
+def _from_runs(
+    config: Path, runs: Sequence[Path], rate: float, overrides: dict[str, Any]
+) -> tuple[CalibrationResult, str]:
+    """θ for a target rate from recorded never-retrieving black-box passes, and the questions they cover."""
+    from quco.config import load_config
+
+    cfg = load_config(config, overrides=overrides)
+    scores: list[float] = []
+    n_questions, spans = 0, []
+    for run_dir in runs:
+        part, answered, span = scores_from_run(run_dir, cfg)
+        scores += part
+        n_questions += answered
+        spans.append(f"{span} (recorded pass {run_dir.name})")
+    theta = threshold_for_rate(scores, rate)
+    return CalibrationResult(theta, "rate", n_questions, scores, fire_rate(scores, theta)), ", ".join(spans)
+
+
 # -- the command ---------------------------------------------------------------------------------------------
 
 calibrate_app = typer.Typer(
@@ -312,7 +384,14 @@ def calibrate_command(
     dataset: Annotated[str, typer.Option(help="Dataset name or file (see quco.datasets).")] = "hotpotqa",
     questions: Annotated[str, typer.Option(help="Calibration split START:END (END exclusive).")] = "0:100",
     target: Annotated[str, typer.Option(help="'rate' (target retrieval rate) or 'em' (best EM).")] = "rate",
-    rate: Annotated[float, typer.Option(help="Target share of checks that retrieve (target 'rate').")] = 0.5,
+    rate: Annotated[float, typer.Option(help="Target share of decisions that fire (target 'rate').")] = 0.5,
+    param: Annotated[
+        str | None,
+        typer.Option(
+            help="The threshold parameter to calibrate: threshold (default), or QuCo-RAG's entity_threshold, "
+            "cooccurrence_threshold, head_threshold, or DTR's uncertainty_threshold."
+        ),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write the threshold here (default: into --config).")
     ] = None,
@@ -330,7 +409,7 @@ def calibrate_command(
         ),
     ] = None,
 ) -> None:
-    """Choose θ on the calibration questions and write it into the config as params.threshold."""
+    """Choose θ on the calibration questions and write it into the config (params.threshold, or --param)."""
     from rich.console import Console
 
     from quco.config import parse_override
@@ -342,21 +421,10 @@ def calibrate_command(
         if from_run is not None:
             if target != "rate":
                 raise QucoError("--from-run calibrates to a target rate only (EM needs runs with retrieval)")
-            from quco.config import load_config
-
-            cfg = load_config(config, overrides=overrides)
-            scores, n_questions, spans = [], 0, []
-            for run_dir in from_run:
-                part, answered, span = scores_from_run(run_dir, cfg)
-                scores += part
-                n_questions += answered
-                spans.append(f"{span} (recorded pass {run_dir.name})")
-            theta = threshold_for_rate(scores, rate)
-            result = CalibrationResult(theta, "rate", n_questions, scores, fire_rate(scores, theta))
-            questions = ", ".join(spans)
+            result, questions = _from_runs(config, from_run, rate, overrides)
         else:
             result = calibrate(
-                config, dataset, offset, limit, target, rate, overrides=overrides, progress=True
+                config, dataset, offset, limit, target, rate, overrides=overrides, progress=True, param=param
             )
         for c in result.candidates:
             console.print(
@@ -364,9 +432,9 @@ def calibrate_command(
                 f"retrievals/q={c.retrievals_per_question:.2f}  LLM calls/q={c.llm_calls_per_question:.1f}"
             )
         console.print(
-            f"threshold {result.threshold:.6g} ({target}; predicted retrieval rate "
+            f"{result.param} {result.threshold:.6g} ({target}; predicted firing rate "
             f"{result.predicted_rate:.3f} "
-            f"over {len(result.scores)} checks of {result.questions} questions)"
+            f"over {len(result.scores)} decisions of {result.questions} questions)"
         )
         if not dry_run:
             dest = out or config
@@ -377,7 +445,7 @@ def calibrate_command(
             )
             if out is not None and not out.exists():
                 out.write_text(config.read_text(encoding="utf-8"), encoding="utf-8")
-            write_threshold(dest, result.threshold, note)
+            write_threshold(dest, result.threshold, note, result.param)
             console.print(f"written to {dest}")
     except QucoError as exc:
         err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)

@@ -7,16 +7,14 @@ work and return values, so they can be called from Python or another CLI as well
 
 from __future__ import annotations
 
-import functools
-import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from quco.cli_support import friendly_errors, out, setup_logging
 from quco.config import PipelineConfig, load_config, parse_override
 from quco.datasets import DATASETS
 from quco.errors import QucoError
@@ -25,8 +23,6 @@ from quco.eval.runs import load_run
 from quco.eval.stats import SUMMARY_FIELDS, Comparison, compare_runs, summarize
 
 eval_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-out = Console()
-err = Console(stderr=True)
 
 
 class DatasetNotGiven(QucoError):
@@ -49,7 +45,7 @@ def eval_command(
     limit: int | None = None,
     offset: int = 0,
     out_dir: Path | None = None,
-    workers: int = 1,
+    workers: int | None = None,
     resume: bool = True,
     reprompt: bool = False,
     sets: Sequence[str] = (),
@@ -60,8 +56,11 @@ def eval_command(
     label: str | None = None,
     progress: bool = True,
     traces_from: Path | None = None,
+    strict: bool = False,
 ) -> RunSummary:
     """Resolve the config (file + --method + --set), pick the dataset, and run (or resume) the evaluation."""
+    if strict and reprompt:
+        raise QucoError("--strict and --reprompt contradict each other; pass one of them")
     overrides = dict(parse_override(s) for s in sets)
     cfg = load_config(config, overrides=overrides, method=method)
     name = dataset or infer_dataset(cfg, config)
@@ -80,6 +79,7 @@ def eval_command(
         retry_errors=retry_errors,
         label=label,
         traces_from=traces_from,
+        protocol="strict" if strict else None,
     )
 
 
@@ -91,15 +91,46 @@ def compare_command(run_a: Path, run_b: Path, metrics: Sequence[str] = ("em", "f
     return compare_runs(run_a, run_b, metrics)
 
 
-# Columns of `quco summary`: a score or cost field and its header.
+# Columns of `quco summary`: a score or cost field and its header. "main" counts the main generations only (the
+# papers' #Call and #Tok); "all roles" adds extractor, sampler, judge, probe and answer re-prompt calls.
 SUMMARY_COLUMNS = (
     ("em", "EM"),
     ("f1", "F1"),
     ("retrievals", "retrievals/q"),
-    ("llm_calls", "LLM calls/q"),
-    ("tokens", "generated tokens/q"),
+    ("main_llm_calls", "LLM calls/q (main)"),
+    ("llm_calls", "LLM calls/q (all roles)"),
+    ("main_tokens", "gen. tokens/q (main)"),
+    ("tokens", "gen. tokens/q (all roles)"),
     ("seconds", "s/q"),
 )
+# `quco compare` by default: the scores and the costs the papers report, main-only beside all roles.
+COMPARE_METRICS = ("em", "f1", "retrievals", "main_llm_calls", "llm_calls", "main_tokens", "tokens")
+METRIC_NAMES = {
+    "main_llm_calls": "LLM calls (main)",
+    "llm_calls": "LLM calls (all roles)",
+    "main_tokens": "gen. tokens (main)",
+    "tokens": "gen. tokens (all roles)",
+}
+# The firing rate of each stage's trigger records (QuCo-RAG: stage 1 = entity frequency before generation, per
+# question; stage 2 = claims, per judged sentence).
+FIRING_COLUMNS = (("before", "stage 1 fired"), ("generate", "stage 2 fired"))
+
+
+def firing_rates(run: Any) -> dict[str, Any]:
+    """Per stage: the trigger records' firing rate over the run's traces (None where that stage has none)."""
+    from quco.signals.chance import stage_rate
+
+    traces = [r["trace"] for r in run.records if r.get("trace")]
+    rates = {stage: stage_rate(traces, stage) for stage, _ in FIRING_COLUMNS}
+    return {stage: rate if rate.steps else None for stage, rate in rates.items()}
+
+
+def format_rate(rate: Any, stage: str) -> str:
+    if rate is None:
+        return "n/a"
+    if stage == "before":
+        return f"{rate.per_step:.0%} ({rate.fired}/{rate.steps} q)"
+    return f"{rate.per_candidate:.1%} ({rate.fired}/{rate.candidates} cand.)"
 
 
 def summary_rows(
@@ -123,7 +154,15 @@ def summary_rows(
     rows = []
     for run in loaded:
         stats = summarize(run, [f for f, _ in SUMMARY_COLUMNS], n_boot=n_boot)
-        rows.append({"run": run.name, "method": run.method, "questions": len(run.records), "stats": stats})
+        rows.append(
+            {
+                "run": run.name,
+                "method": run.method,
+                "questions": len(run.records),
+                "stats": stats,
+                "firing": firing_rates(run),
+            }
+        )
     return rows
 
 
@@ -139,27 +178,13 @@ def report_command(runs: Sequence[Path], out_html: Path, baseline: int = 0) -> P
 # -- typer wiring -------------------------------------------------------------------------------------------
 
 
-def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except QucoError as exc:
-            err.print(f"[bold red]error:[/bold red] {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err.print("interrupted; results so far are saved: run the same command again to resume")
-            raise typer.Exit(130) from None
-
-    return wrapper
+# Ctrl-C: the finished questions are saved
+_friendly = friendly_errors(
+    interrupted="interrupted; results so far are saved: run the same command again to resume"
+)
 
 
-def _logging(verbose: bool) -> None:
-    from rich.logging import RichHandler
-
-    handler = RichHandler(console=err, show_path=False, show_time=False, markup=False)
-    logging.basicConfig(level=logging.WARNING, handlers=[handler], format="%(message)s", force=True)
-    logging.getLogger("quco").setLevel(logging.DEBUG if verbose else logging.INFO)
+_logging = setup_logging
 
 
 def _print_summary(summary: RunSummary) -> None:
@@ -196,14 +221,29 @@ def eval_cli(
         Path | None, typer.Option("--out", help="Run directory (default runs/DATASET-METHOD-HASH).")
     ] = None,
     workers: Annotated[
-        int, typer.Option(help="Questions answered concurrently (backends that allow it).")
-    ] = 1,
+        int | None,
+        typer.Option(
+            help="Questions answered concurrently (backends that allow it; default 1); llamacpp: worker "
+            "processes sharing the cores as threads."
+        ),
+    ] = None,
     resume: Annotated[
         bool, typer.Option(help="Continue a run in --out (default); --no-resume refuses.")
     ] = True,
     reprompt: Annotated[
         bool,
-        typer.Option(help="Re-prompt 'So the answer is' when no answer is found (counted as an LLM call)."),
+        typer.Option(
+            help="Use the published answer protocol (re-prompt 'So the answer is' when no answer is stated, "
+            "counted) also on datasets whose default is strict."
+        ),
+    ] = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="No answer protocol: a prediction without an answer is scored as missing (the default on "
+            "HotpotQA and 2WikiMultihopQA is the published protocol, which re-prompts).",
+        ),
     ] = False,
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="Override a config field (repeatable).")
@@ -220,8 +260,8 @@ def eval_cli(
         Path | None,
         typer.Option(
             "--traces-from",
-            help="With --reprompt: reuse the traces of this run (same config, made without --reprompt) "
-            "and only add the re-prompt calls.",
+            help="Reuse the traces of this run (same config, made with --strict) and only add the answer "
+            "protocol's re-prompt calls.",
         ),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
@@ -230,7 +270,7 @@ def eval_cli(
     _logging(verbose)
     summary = eval_command(
         config, dataset, limit, offset, out_dir, workers, resume, reprompt, set_ or [], method, sample, seed,
-        retry_errors, label, progress, traces_from,
+        retry_errors, label, progress, traces_from, strict,
     )  # fmt: skip
     _print_summary(summary)
 
@@ -245,10 +285,13 @@ def summary_cli(
     common: Annotated[bool, typer.Option(help="Only questions that every run has answered.")] = False,
     markdown: Annotated[bool, typer.Option(help="Print a Markdown table.")] = False,
 ) -> None:
-    """One line per run: EM, F1, retrievals, LLM calls, generated tokens and seconds per question, 95% CIs."""
+    """One line per run: EM, F1, retrievals, LLM calls and generated tokens (main and all roles), seconds per
+    question with 95% CIs; and each stage's trigger firing rate (stage 1 per question, stage 2 per candidate)."""
     _logging(False)
     rows = summary_rows(runs, first, common)
+    firing = any(v is not None for row in rows for v in row["firing"].values())
     headers = ["run", "method", "n"] + [h for _, h in SUMMARY_COLUMNS]
+    headers += [h for _, h in FIRING_COLUMNS] if firing else []
 
     def cells(row: dict[str, Any]) -> list[str]:
         vals = []
@@ -256,6 +299,8 @@ def summary_cli(
             iv = row["stats"][f]
             scale, digits = (100.0, 1) if f in ("em", "f1") else (1.0, 1 if f != "retrievals" else 2)
             vals.append(iv.format(digits, scale))
+        if firing:
+            vals += [format_rate(row["firing"][stage], stage) for stage, _ in FIRING_COLUMNS]
         return [row["run"], row["method"], str(row["questions"])] + vals
 
     from quco.world.guard import world_lines  # which world each run measured in (pool or realistic)
@@ -278,23 +323,33 @@ def summary_cli(
         out.print(line, highlight=False, soft_wrap=True)
 
 
+# The two runs of `quco compare` and `quco trace-diff`.
+RunA = Annotated[Path, typer.Argument(help="Run directory A: the baseline (or the run recorded first).")]
+RunB = Annotated[Path, typer.Argument(help="Run directory B, compared against A.")]
+
+
 @eval_app.command("compare")
 @_friendly
 def compare_cli(
-    run_a: Annotated[Path, typer.Argument(help="Baseline run directory.")],
-    run_b: Annotated[Path, typer.Argument(help="Run directory compared against it.")],
-    metric: Annotated[list[str] | None, typer.Option(help="Metric (repeatable; default em and f1).")] = None,
+    run_a: RunA,
+    run_b: RunB,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Metric (repeatable; default: EM, F1, retrievals, LLM calls and tokens, main and all roles)."
+        ),
+    ] = None,
 ) -> None:
     """Paired test of run B against run A on the same questions: difference, 95% interval, p-value."""
     _logging(False)
-    comp = compare_command(run_a, run_b, metric or ["em", "f1"])
+    comp = compare_command(run_a, run_b, metric or list(COMPARE_METRICS))
     table = Table(title=f"{comp.b} vs {comp.a} on {comp.n_common} common questions")
     for col in ("metric", comp.a, comp.b, "B − A [95% CI]", "p (permutation)"):
         table.add_column(col, justify="right")
     for m, r in comp.results.items():
         scale = 100.0 if m in ("em", "f1") else 1.0
         table.add_row(
-            m,
+            METRIC_NAMES.get(m, m),
             f"{r.mean_a * scale:.2f}",
             f"{r.mean_b * scale:.2f}",
             r.diff.format(2, scale),
@@ -316,3 +371,37 @@ def report_cli(
     _logging(False)
     path = report_command(runs, out_html, baseline)
     out.print(f"report written to {path}")
+
+
+@eval_app.command("trace-diff")
+@_friendly
+def trace_diff_cli(
+    run_a: RunA,
+    run_b: RunB,
+    first: Annotated[
+        int | None, typer.Option(help="Only questions at dataset positions below N (e.g. 10).")
+    ] = None,
+    ignore: Annotated[
+        list[str] | None, typer.Option(help="A field to leave out, e.g. signals (repeatable).")
+    ] = None,
+    show: Annotated[int, typer.Option(help="Differences printed per question.")] = 20,
+) -> None:
+    """Compare two runs' decisions field by field (steps, trigger records, counters, answers); exit 1 if any differ."""
+    from quco.eval.identity import trace_diff
+
+    _logging(False)
+    diff = trace_diff(run_a, run_b, ignore or (), first)
+    for q in diff.questions:
+        if not q.differences:
+            continue
+        out.print(f"[bold]question {q.id}[/bold]: {len(q.differences)} differences", highlight=False)
+        for line in q.differences[:show]:
+            out.print(f"  {line}", highlight=False, soft_wrap=True)
+    out.print(
+        f"{diff.b} vs {diff.a}: {diff.identical} of {diff.compared} questions identical "
+        f"({diff.decisions} steps, {diff.fields} fields compared)"
+        + (f"; {diff.only_a} only in A, {diff.only_b} only in B" if diff.only_a or diff.only_b else ""),
+        highlight=False,
+    )
+    if not diff.same:
+        raise typer.Exit(1)

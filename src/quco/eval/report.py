@@ -38,8 +38,10 @@ TABLE_COLUMNS = (
     ("em", "EM", 1, 100.0),
     ("f1", "F1", 1, 100.0),
     ("retrievals", "Retrievals", 2, 1.0),
-    ("llm_calls", "LLM calls", 2, 1.0),
-    ("tokens", "Gen. tokens", 1, 1.0),
+    ("main_llm_calls", "LLM calls (main)", 2, 1.0),
+    ("llm_calls", "LLM calls (all roles)", 2, 1.0),
+    ("main_tokens", "Gen. tokens (main)", 1, 1.0),
+    ("tokens", "Gen. tokens (all roles)", 1, 1.0),
     ("prompt_tokens", "Prompt tokens", 0, 1.0),
     ("corpus_queries", "Corpus queries", 1, 1.0),
     ("seconds", "Seconds", 2, 1.0),
@@ -94,6 +96,18 @@ def _figure(width: float = 7.0, height: float = 3.6, label: str = ""):  # noqa: 
     fig = Figure(figsize=(width, height))
     fig.set_label(label)
     return fig
+
+
+def _finish(fig, ax, title: str, xlabel: str, ylabel: str | None = None, grid: bool = True) -> str:  # noqa: ANN001
+    """Label, legend and title a plot, and embed it."""
+    ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    if grid:
+        ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    return _png(fig)
 
 
 def _cell(iv: Interval, digits: int, scale: float) -> str:
@@ -161,7 +175,11 @@ def _plot_efficiency(runs: Sequence[Run]) -> str:
     points = efficiency_points(runs)
     fig = _figure(11, 3.4, "EM versus cost per question")
     for i, (cost, title) in enumerate(
-        (("tokens", "generated tokens"), ("llm_calls", "LLM calls"), ("retrievals", "retrievals"))
+        (
+            ("tokens", "generated tokens (all roles)"),
+            ("llm_calls", "LLM calls (all roles)"),
+            ("retrievals", "retrievals"),
+        )
     ):
         ax = fig.add_subplot(1, 3, i + 1)
         for p in points:
@@ -209,11 +227,8 @@ def _plot_frequency(runs: Sequence[Run]) -> str | None:
         ax.bar([x + k * width for x in xs], [0 if math.isnan(e) else e * 100 for e in ems], width, label=name)
     ax.set_xticks([x + width * (len(table.em) - 1) / 2 for x in xs])
     ax.set_xticklabels([f"{lab}\n(n={n})" for lab, n in zip(table.labels, table.n, strict=True)], fontsize=8)
-    ax.set_ylabel("EM (%)")
-    ax.set_xlabel(f"{table.stat} corpus count of the question's entities (recorded by {table.source})")
-    ax.legend(fontsize=8)
-    ax.set_title("EM by question-entity frequency")
-    return _png(fig)
+    xlabel = f"{table.stat} corpus count of the question's entities (recorded by {table.source})"
+    return _finish(fig, ax, "EM by question-entity frequency", xlabel, "EM (%)", grid=False)
 
 
 def _plot_em_by_retrievals(runs: Sequence[Run]) -> str:
@@ -229,12 +244,9 @@ def _plot_em_by_retrievals(runs: Sequence[Run]) -> str:
         if groups:
             ax.plot([where[g[0]] for g in groups], [g[2] * 100 for g in groups], marker="o", label=name)
     ax.set_xticks(range(len(labels)), labels)
-    ax.set_xlabel("retrievals for the question")
-    ax.set_ylabel("EM (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("EM by number of retrievals per question")
-    return _png(fig)
+    return _finish(
+        fig, ax, "EM by number of retrievals per question", "retrievals for the question", "EM (%)"
+    )
 
 
 def _plot_sweep(runs: Sequence[Run]) -> str | None:
@@ -250,15 +262,13 @@ def _plot_sweep(runs: Sequence[Run]) -> str | None:
     if rows and rows[0].em is not None:
         ax.plot(xs, [(r.em or 0) * 100 for r in rows], marker="s", label="simulated EM (%) from SR-/Wo-RAG")
     ax.set_xscale("log")
-    ax.set_xlabel(f"stage-1 threshold on entity frequency (signals of {signal.name})")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("Stage-1 threshold sweep from recorded signals")
-    return _png(fig)
+    xlabel = f"stage-1 threshold on entity frequency (records of {signal.name})"
+    return _finish(fig, ax, "Stage-1 threshold sweep from recorded signals", xlabel)
 
 
 def _plot_trigger_sweeps(runs: Sequence[Run]) -> str | None:
-    sweeps = [(r.name, trigger_sweep(r)) for r in runs]
+    # Model-confidence triggers share one axis (params.threshold); QuCo-RAG's counts have the stage-1 plot.
+    sweeps = [(r.name, trigger_sweep(r, param="threshold")) for r in runs]
     sweeps = [(name, pts) for name, pts in sweeps if pts]
     if not sweeps:
         return None
@@ -266,12 +276,8 @@ def _plot_trigger_sweeps(runs: Sequence[Run]) -> str | None:
     ax = fig.add_subplot(1, 1, 1)
     for name, pts in sweeps:
         ax.plot([p.threshold for p in pts], [p.retrievals_per_question for p in pts], marker="o", label=name)
-    ax.set_xlabel("trigger threshold (replayed from recorded scores)")
-    ax.set_ylabel("retrievals / question")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("Trigger threshold sweep from recorded signals")
-    return _png(fig)
+    xlabel = "trigger threshold (replayed from recorded scores)"
+    return _finish(fig, ax, "Trigger threshold sweep from recorded signals", xlabel, "retrievals / question")
 
 
 def _trace_html(rec: dict[str, Any]) -> str:

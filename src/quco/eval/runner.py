@@ -9,10 +9,13 @@ would silently corrupt every number computed from it.
 Concurrency: with ``workers > 1`` questions are answered on threads that share one pipeline. Whether that
 is safe and useful is the backend's business (the in-process transformers backend serialises generation
 with a lock, so it runs with one worker here); scoring and writing always happen on the calling thread.
+For the in-process llama.cpp backend the workers are processes (``quco.eval.parallel``); by default there is
+one, decoding with every core as a thread (measured faster than one process per core).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -20,7 +23,7 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,10 +32,12 @@ from typing import Any
 import yaml
 from filelock import FileLock, Timeout
 
+from quco.answer import PUBLISHED_PROTOCOL_DATASETS, AnswerProtocol, protocol_named
 from quco.config import PipelineConfig, load_config
 from quco.datasets import Example, load_dataset, resolve_dataset
 from quco.errors import QucoError
-from quco.eval.metrics import MARKER, extract_hotpotqa, score_prediction
+from quco.eval.metrics import score_prediction
+from quco.eval.parallel import bounded_as_completed, process_workers
 from quco.eval.runs import CONFIG_FILE, RESULTS_FILE, RunError, scan_results, unique_records
 from quco.trace import Trace
 
@@ -41,10 +46,6 @@ log = logging.getLogger(__name__)
 EVAL_FORMAT = "quco-eval/1"
 # Bump when extraction or scoring changes: old runs then refuse to resume instead of mixing two rules.
 METRICS_VERSION = 1
-REPROMPT_ROLE = "answer_reprompt"
-# Text after which a continuation is not part of the answer (as the published re-prompt cleans it).
-_CUT_AT = ("\nQuestion:", ". Question:", "Note:")
-
 AnswerFn = Callable[[str], Trace]
 
 
@@ -74,6 +75,7 @@ class _Target:
     method: str
     config: PipelineConfig | None = None
     backend: str | None = None
+    built_here: bool = False  # built from a config (so worker processes can build it too)
 
 
 def _resolve_target(
@@ -100,6 +102,7 @@ def _resolve_target(
             cfg.method,
             cfg,
             cfg.generator.backend,
+            built_here=True,
         )
     pipe_cfg = getattr(target, "config", None)
     if hasattr(target, "answer") and isinstance(pipe_cfg, PipelineConfig):  # a built Pipeline
@@ -159,54 +162,6 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-# -- answer re-prompt -------------------------------------------------------------------------------------
-
-
-def _reasoning_for_reprompt(prediction: str) -> str:
-    text = prediction
-    for cut in _CUT_AT:
-        pos = text.find(cut)
-        if pos != -1:
-            text = text[:pos]
-    return text.strip()
-
-
-def reprompt_answer(
-    trace: Trace,
-    generator: Any,
-    exemplars: list[Any] | tuple[Any, ...] = (),
-    max_new_tokens: int = 20,
-) -> str:
-    """Ask the LLM to finish "... So the answer is" (as DRAGIN/QuCo-RAG's evaluation does) and count the call.
-
-    The published evaluation makes this call without counting it; here it is an LLM call of role
-    ``answer_reprompt`` in the trace's counters, with its tokens and seconds. Returns the completed prediction.
-    """
-    cot = _reasoning_for_reprompt(trace.prediction)
-    demos = "".join(ex.render() for ex in exemplars)
-    bare = cot.rstrip(". ")
-    tail = bare if bare.endswith(MARKER) else f"{cot} So the answer is".strip()
-    prompt = f"{demos}Question: {trace.question}\nAnswer: {tail}"
-    start = time.perf_counter()
-    gens = generator.generate(prompt, max_new_tokens=max_new_tokens, stop=["\n"])
-    seconds = time.perf_counter() - start
-    gen = gens[0]
-    trace.counters.add_llm(
-        REPROMPT_ROLE, gen.prompt_tokens or generator.count_tokens(prompt), len(gen.token_ids)
-    )
-    trace.counters.add_seconds("llm", seconds)
-    trace.seconds = round(trace.seconds + seconds, 4)
-    trace.notes.append(
-        "no answer in the prediction: re-prompted with 'So the answer is' (counted as an LLM call)"
-    )
-    return f"{tail} {gen.text.strip()}"
-
-
-def needs_reprompt(prediction: str) -> bool:
-    """No answer can be read from the prediction: no "answer is", or nothing after it."""
-    return not extract_hotpotqa(prediction)
-
-
 # -- the run ------------------------------------------------------------------------------------------------
 
 
@@ -222,15 +177,7 @@ class _Outcome:
     seconds: float = 0.0
 
 
-def _answer_one(
-    answer_fn: AnswerFn,
-    example: Example,
-    position: int,
-    reprompt: bool,
-    generator: Any,
-    exemplars: Any,
-    reprompt_tokens: int,
-) -> _Outcome:
+def _answer_one(answer_fn: AnswerFn, example: Example, position: int) -> _Outcome:
     out = _Outcome(example, position)
     start = time.perf_counter()
     try:
@@ -239,9 +186,7 @@ def _answer_one(
             raise TypeError(f"the answer function returned {type(trace).__name__}, expected a quco Trace")
         out.trace = trace
         out.prediction = trace.prediction
-        if reprompt and needs_reprompt(trace.prediction):
-            out.prediction = reprompt_answer(trace, generator, exemplars, reprompt_tokens)
-            out.reprompted = True
+        out.reprompted = any(s.stage == "after" and s.decision == "reprompt" for s in trace.steps)
     except Exception as exc:  # recorded, and the run goes on
         out.error = f"{type(exc).__name__}: {exc}"
         out.error_traceback = traceback.format_exc(limit=8)
@@ -282,24 +227,26 @@ def _record(outcome: _Outcome) -> dict[str, Any]:
 def _recorded_traces(run_dir: str | Path, identity: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Records (by question id) of a run whose traces can stand in for this run's answers.
 
-    That run must have the same identity except for the re-prompt, which it must not have used (its traces
-    would already hold the re-prompt's call). Records with an error or without a trace are left out.
+    That run must have the same identity except for the answer protocol, which must have been strict (its
+    traces would otherwise hold the protocol's step already). Records with an error or without a trace are
+    left out.
     """
     from quco.eval.runs import load_run
 
     src = load_run(run_dir)
-    theirs = {k: v for k, v in src.config.items() if k not in _SELECTION_KEYS and k != "reprompt"}
-    ours = {k: v for k, v in identity.items() if k != "reprompt"}
-    if "prompt" not in theirs:  # a run written before prompt fingerprints
-        ours = _legacy_identity(ours)
+    if "answer_protocol" not in src.config:
+        raise RunError(f"--traces-from {run_dir}: {_OLDER_RUN}")
+    protocol_keys = ("reprompt", "answer_protocol")
+    theirs = {k: v for k, v in src.config.items() if k not in _SELECTION_KEYS and k not in protocol_keys}
+    ours = {k: v for k, v in identity.items() if k not in protocol_keys}
     diffs = _differences(theirs, json.loads(json.dumps(ours, default=str)))
     if diffs:
         shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
         raise RunError(f"--traces-from {run_dir} was made with a different configuration ({shown})")
-    if (src.config.get("reprompt") or {}).get("enabled"):
+    if src.config["answer_protocol"].get("name") != "strict":
         raise RunError(
-            f"--traces-from {run_dir} used the answer re-prompt: its traces already hold that call; "
-            "use a run made without --reprompt"
+            f"--traces-from {run_dir} used an answer protocol with a re-prompt: its traces already hold that "
+            "call; use a run made with --strict"
         )
     return {str(r["id"]): r for r in src.records if not r.get("error") and r.get("trace")}
 
@@ -322,16 +269,13 @@ def _json_default(value: Any) -> Any:
 _SELECTION_KEYS = ("config_hash", "label", "created", "updated", "selection")
 
 
-def _legacy_identity(identity: dict[str, Any]) -> dict[str, Any]:
-    """The identity as runs wrote it before the prompt fingerprint (and before the template default was None)."""
-    old = {k: v for k, v in identity.items() if k != "prompt"}
-    pipeline = old.get("pipeline")
-    if isinstance(pipeline, dict) and isinstance(pipeline.get("prompt"), dict):
-        prompt = dict(pipeline["prompt"])
-        if prompt.get("template") is None:
-            prompt["template"] = "quco"
-        old["pipeline"] = {**pipeline, "prompt": prompt}
-    return old
+# Runs written before the answer protocol was part of the identity were made with other loop defaults (the token
+# budget over the whole prediction, QuCo-RAG ending generation at a negation, DRAGIN skipping the answer sentence):
+# their answers cannot be continued or reused by this version.
+_OLDER_RUN = (
+    "made by an older version of quco whose defaults differ (token budget, answer protocol, QuCo-RAG's loop, "
+    "DRAGIN's answer sentence); run it again"
+)
 
 
 def _check_or_write_config(
@@ -342,12 +286,9 @@ def _check_or_write_config(
     created = now
     if path.is_file():
         stored = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        legacy = stored.get("config_hash") == _hash(_legacy_identity(identity)) and "prompt" not in stored
-        if legacy:  # written before prompts were part of the identity: resumed, and left as it was written
-            log.info("%s was written before prompt fingerprints; resuming without checking the prompt", out)
-            identity = {k: v for k, v in stored.items() if k not in _SELECTION_KEYS}
-            config_hash = stored["config_hash"]
-        elif stored.get("config_hash") != config_hash:
+        if stored and "answer_protocol" not in stored:
+            raise RunError(f"{out} holds a run {_OLDER_RUN}: use another --out, or delete that directory")
+        if stored.get("config_hash") != config_hash:
             old = {k: v for k, v in stored.items() if k not in _SELECTION_KEYS}
             diffs = _differences(old, identity) or ["(unknown fields)"]
             shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
@@ -425,20 +366,9 @@ def _outcomes(
             yield call(pos, ex)
         return
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quco-eval")
-    pending: set[Future[_Outcome]] = set()
-    queue = iter(todo)
     try:
-        for pos, ex in queue:
-            pending.add(pool.submit(call, pos, ex))
-            if len(pending) >= 2 * workers:
-                break
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                nxt = next(queue, None)
-                if nxt is not None:
-                    pending.add(pool.submit(call, *nxt))
-                yield fut.result()
+        for fut in bounded_as_completed(lambda item: pool.submit(call, *item), todo, 2 * workers):
+            yield fut.result()
     finally:
         # On Ctrl-C (or any exit) drop what has not started; questions in flight are redone on resume.
         pool.shutdown(wait=False, cancel_futures=True)
@@ -450,17 +380,18 @@ def run_eval(
     limit: int | None = None,
     offset: int = 0,
     out_dir: str | Path | None = None,
-    workers: int = 1,
+    workers: int | None = None,
     resume: bool = True,
     reprompt: bool = False,
     progress: bool = True,
     *,
+    protocol: str | None = None,
     sample: int | None = None,
     seed: int = 0,
     overrides: dict[str, Any] | None = None,
     retry_errors: bool = False,
     fingerprint: str | None = None,
-    reprompt_max_new_tokens: int = 20,
+    reprompt_max_new_tokens: int | None = None,
     label: str | None = None,
     traces_from: str | Path | None = None,
 ) -> RunSummary:
@@ -470,19 +401,32 @@ def run_eval(
     ``question -> Trace`` (identified in the config hash by its name and ``fingerprint``). Questions that raise
     are recorded with their error (``retry_errors`` re-runs them). Ctrl-C stops after flushing what finished.
 
-    ``traces_from`` names a finished run of the same configuration without the answer re-prompt: its recorded
-    traces stand in for the method's answers (the loop is deterministic given its config), so a run with
-    ``reprompt`` costs one re-prompt call per missing answer instead of a full re-run. Questions it lacks (or
-    that raised there) are answered afresh.
+    ``protocol`` is the answer protocol (``quco.answer``): "published" (cut at "Question:"/"Note:", re-prompt
+    when no answer is stated, counted), "strict" (none), or None: "published" for the datasets whose published
+    evaluation re-prompts (HotpotQA, 2WikiMultihopQA) when ``target`` is a pipeline, else "strict";
+    ``reprompt=True`` asks for "published" anywhere. ``traces_from`` names a finished strict run of the same
+    configuration: its recorded traces stand in for the method's answers (the loop is deterministic given its
+    config), so only the protocol's re-prompt calls are made. Questions it lacks (or that raised there) are
+    answered afresh.
     """
-    if workers < 1:
+    if workers is not None and workers < 1:
         raise QucoError(f"workers must be >= 1, got {workers}")
-    if traces_from is not None and not reprompt:
-        raise QucoError("--traces-from adds the answer re-prompt to a finished run; pass --reprompt with it")
     start = time.perf_counter()
     ref = resolve_dataset(dataset)
     examples = load_dataset(dataset, limit=limit, offset=offset, sample=sample, seed=seed)
     tgt = _resolve_target(target, overrides, fingerprint, progress)
+    if workers is None:  # one: llama.cpp decodes fastest with every core as a thread of one process
+        workers = 1
+    if protocol is None:
+        default = (
+            "published" if ref.name in PUBLISHED_PROTOCOL_DATASETS and tgt.config is not None else "strict"
+        )
+        protocol = "published" if reprompt else default
+    answer_protocol = protocol_named(protocol, reprompt_max_new_tokens)
+    if traces_from is not None and not answer_protocol.reprompt:
+        raise QucoError(
+            "--traces-from adds the answer protocol's re-prompt to a finished strict run; drop --strict"
+        )
     identity: dict[str, Any] = {
         "format": EVAL_FORMAT,
         "metrics_version": METRICS_VERSION,
@@ -492,7 +436,8 @@ def run_eval(
             "sha256": _sha256(ref.path),
             "sample_seed": seed if sample is not None else None,
         },
-        "reprompt": {"enabled": reprompt, "max_new_tokens": reprompt_max_new_tokens if reprompt else None},
+        "answer_protocol": {"name": answer_protocol.name}
+        | ({"max_new_tokens": answer_protocol.max_new_tokens} if answer_protocol.reprompt else {}),
     }
     config_hash = _hash(identity)
     reuse = _recorded_traces(traces_from, identity) if traces_from is not None else {}
@@ -510,8 +455,8 @@ def run_eval(
 
         record_world(out, tgt.config)
         return _run_locked(
-            out, tgt, identity, config_hash, examples, ref, workers, resume, reprompt, progress,
-            retry_errors, reprompt_max_new_tokens, label, start,
+            out, tgt, identity, config_hash, examples, ref, workers, resume, answer_protocol, progress,
+            retry_errors, label, start,
             {"dataset_path": str(ref.path), "limit": limit, "offset": offset, "sample": sample, "seed": seed}
             | ({"traces_from": str(traces_from)} if traces_from is not None else {}),
             reuse,
@@ -529,10 +474,9 @@ def _run_locked(
     ref: Any,
     workers: int,
     resume: bool,
-    reprompt: bool,
+    protocol: AnswerProtocol,
     progress: bool,
     retry_errors: bool,
-    reprompt_tokens: int,
     label: str | None,
     start: float,
     selection: dict[str, Any],
@@ -564,10 +508,13 @@ def _run_locked(
     errors = sum(1 for r in prior if r.get("error"))
     new: list[dict[str, Any]] = []
     if todo:
-        answer_fn, pipe = tgt.build()
-        generator = getattr(pipe, "generator", None)
-        exemplars = tuple(getattr(getattr(pipe, "parts", None), "exemplars", ()) or ())
-        if reprompt and generator is None:
+        procs = process_workers(
+            tgt.config if tgt.built_here else None, tgt.backend, workers, protocol=protocol, recorded=reuse
+        )
+        answer_fn, pipe = tgt.build() if procs is None else (None, None)
+        if pipe is not None:
+            answer_fn = functools.partial(pipe.answer, protocol=protocol)
+        elif procs is None and protocol.reprompt:
             raise QucoError("the answer re-prompt needs a pipeline's generator; pass a config or a Pipeline")
         if workers > 1 and tgt.backend == "hf":
             log.warning(
@@ -578,19 +525,17 @@ def _run_locked(
         def call(pos: int, ex: Example) -> _Outcome:
             recorded = (reuse or {}).get(ex.id)
             if recorded is not None:
-                outcome = _answer_one(
-                    lambda _q: Trace.from_dict(recorded["trace"]), ex, pos, reprompt, generator, exemplars,
-                    reprompt_tokens,
-                )  # fmt: skip
+                trace = Trace.from_dict(recorded["trace"])
+                outcome = _answer_one(lambda _q: pipe.finish(trace, protocol), ex, pos)
                 outcome.seconds = round(float(recorded.get("seconds") or 0.0) + outcome.seconds, 4)
                 return outcome
-            return _answer_one(answer_fn, ex, pos, reprompt, generator, exemplars, reprompt_tokens)
+            return _answer_one(answer_fn, ex, pos)
 
         em_sum = sum(float(r.get("em") or 0.0) for r in prior)
         bar = _Progress(progress, f"{tgt.method} on {ref.name}", len(examples), len(prior), em_sum)
         try:
             with bar, results.open("a", encoding="utf-8") as fh:
-                for outcome in _outcomes(todo, workers, call):
+                for outcome in _outcomes(todo, workers, call) if procs is None else procs.outcomes(todo):
                     rec = _record(outcome)
                     _fsync_write(fh, json.dumps(rec, ensure_ascii=False, default=_json_default) + "\n")
                     new.append(rec)

@@ -23,10 +23,14 @@ log = logging.getLogger(__name__)
 CONFIG_FILE = "config.yaml"
 RESULTS_FILE = "results.jsonl"
 
-# Per-question quantities the statistics and report know about, in display order.
+# Per-question quantities the statistics and report know about, in display order. ``main_*`` count the main
+# generations only (drafts and regenerations), as the papers' #Call and #Tok do; ``llm_calls`` and ``tokens``
+# count every role (extractor, sampler, judge, probe, answer re-prompt, ...).
 COST_FIELDS = (
     "retrievals",
+    "main_llm_calls",
     "llm_calls",
+    "main_tokens",
     "tokens",
     "prompt_tokens",
     "corpus_queries",
@@ -103,10 +107,13 @@ def record_costs(rec: dict[str, Any]) -> dict[str, float]:
         return {k: math.nan for k in COST_FIELDS}
     counters = trace.get("counters", {})
     calls = counters.get("llm_calls", {}) or {}
+    generated = counters.get("generated_tokens", {}) or {}
     return {
         "retrievals": float(counters.get("retrievals", 0)),
+        "main_llm_calls": float(calls.get("main", 0)),
         "llm_calls": _total(calls),
-        "tokens": _total(counters.get("generated_tokens", {})),
+        "main_tokens": float(generated.get("main", 0)),
+        "tokens": _total(generated),
         "prompt_tokens": _total(counters.get("prompt_tokens", {})),
         "corpus_queries": float(counters.get("corpus_queries", 0)),
         "extractor_calls": float(calls.get("extractor", 0)),
@@ -154,12 +161,12 @@ class Run:
 
 def read_config(run_dir: Path) -> dict[str, Any]:
     path = run_dir / CONFIG_FILE
-    if not path.is_file():
-        raise RunError(
-            f"{run_dir} is not a quco run directory (no {CONFIG_FILE}); pass the --out of `quco eval`"
-        )
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunError(
+            f"{run_dir} is not a quco run directory (no {CONFIG_FILE}); pass the --out of `quco eval`"
+        ) from None
     except (OSError, yaml.YAMLError) as exc:
         raise RunError(f"cannot read {path}: {exc}") from exc
     if not isinstance(data, dict):
@@ -168,10 +175,38 @@ def read_config(run_dir: Path) -> dict[str, Any]:
 
 
 def load_run(run_dir: str | Path) -> Run:
-    """Read a run directory (the results file is not modified, a torn last line is skipped)."""
+    """Read a run directory (the results file is not modified, a torn last line is skipped).
+
+    Traces written by an older version are read in the current form (``quco.eval.legacy``).
+    """
+    from quco.eval.legacy import upgrade_trace
+
     path = Path(run_dir)
     config = read_config(path)
     scan = scan_results(path / RESULTS_FILE)
     if scan.torn:
         log.warning("%s: ignoring a torn last line (the run was killed while writing)", path / RESULTS_FILE)
-    return Run(path, config, unique_records(scan.records, path / RESULTS_FILE))
+    records = unique_records(scan.records, path / RESULTS_FILE)
+    for rec in records:
+        if isinstance(rec.get("trace"), dict):
+            rec["trace"] = upgrade_trace(rec["trace"], config)
+    return Run(path, config, records)
+
+
+def load_traces(path: str | Path) -> list[dict[str, Any]]:
+    """The traces of a run (its directory, or the ``results.jsonl`` inside one), in the current form.
+
+    Records that raised (no trace) are left out; a run without any trace is an error.
+    """
+    from quco.eval.legacy import upgrade_trace
+
+    p = Path(path).expanduser()
+    results = p / RESULTS_FILE if p.is_dir() else p
+    if not results.is_file():
+        raise RunError(f"no results file at {results}; give a run directory or its {RESULTS_FILE}")
+    config = read_config(results.parent) if (results.parent / CONFIG_FILE).is_file() else {}
+    records = unique_records(scan_results(results).records, results)
+    traces = [upgrade_trace(r["trace"], config) for r in records if isinstance(r.get("trace"), dict)]
+    if not traces:
+        raise RunError(f"{results} holds no traces; run an evaluation that writes them first")
+    return traces

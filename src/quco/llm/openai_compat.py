@@ -12,9 +12,7 @@ import asyncio
 import codecs
 import logging
 import math
-import random
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +23,8 @@ import httpx
 
 from quco.config import GeneratorConfig
 from quco.errors import CapabilityError, ConfigError, InputError, QucoError
-from quco.llm.base import Analysis, Capability, Generation, StopWhen, validate_request
+from quco.llm.base import Capability, Generation, GeneratorBase, Request, cut_pieces, find_stop
+from quco.retry import RetryPolicy, send_with_retries
 
 logger = logging.getLogger(__name__)
 
@@ -115,30 +114,19 @@ def _pieces_from_bytes(chunks: Sequence[bytes]) -> list[str]:
     )
 
 
-def _cut_pieces(pieces: list[str], length: int) -> list[str]:
-    """Pieces restricted to the first ``length`` characters (a straddling piece is shortened)."""
-    out: list[str] = []
-    pos = 0
-    for piece in pieces:
-        if pos >= length:
-            break
-        out.append(piece[: length - pos])
-        pos += len(piece)
-    return out
-
-
 def _first_line(text: str, limit: int = 200) -> str:
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-class OpenAICompatGenerator:
+class OpenAICompatGenerator(GeneratorBase):
     """``Generator`` over an OpenAI-compatible ``/v1/completions`` (default) or ``/v1/chat/completions`` API.
 
     Thread-safe: many pipelines may share one instance; ``concurrency`` bounds the requests in flight.
     """
 
     name = "openai"
+    analyses: frozenset[str] = frozenset()  # an HTTP API exposes no attention or hidden states, nor scoring
 
     def __init__(
         self,
@@ -222,51 +210,45 @@ class OpenAICompatGenerator:
     # ----------------------------------------------------------------------------------------------------------
     # HTTP with retries.
 
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(_BACKOFF_MAX_S * 4, max(0.0, retry_after))
-        return min(_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2**attempt) * (0.5 + random.random() / 2)
-
     def _post(self, url: str, body: dict[str, Any], *, retries: int | None = None) -> dict[str, Any]:
         """POST JSON, retrying connection errors, timeouts, 429 and 5xx with exponential backoff."""
-        retries = self.max_retries if retries is None else retries
-        problem = ""
-        for attempt in range(retries + 1):
-            retry_after: float | None = None
-            try:
-                with self._slots:
-                    response = self._client.post(url, json=body)
-            except httpx.TimeoutException:
-                problem = f"no answer within {self.timeout_s:g} s"
-            except httpx.TransportError as exc:
-                problem = f"cannot connect ({type(exc).__name__}: {_first_line(str(exc), 120)})"
-            else:
-                if response.status_code < 400:
-                    try:
-                        return response.json()
-                    except ValueError as exc:
-                        raise LLMServerError(
-                            f"LLM server at {url} answered with invalid JSON: {exc}"
-                        ) from exc
-                problem = f"HTTP {response.status_code}: {_first_line(_error_message(response))}"
-                if response.status_code not in RETRY_STATUS:
-                    raise LLMRequestRefused(
-                        f"LLM server at {url} refused the request ({problem})", response.status_code
-                    )
-                header = response.headers.get("retry-after")
-                if header:
-                    try:
-                        retry_after = float(header)
-                    except ValueError:
-                        retry_after = None
-            if attempt < retries:
-                delay = self._backoff(attempt, retry_after)
-                logger.warning("LLM server at %s: %s; retrying in %.1f s", url, problem, delay)
-                time.sleep(delay)
-        raise LLMServerError(
-            f"LLM server at {url} failed after {retries + 1} attempt(s): {problem}; check that it is running, "
-            "or raise generator.timeout_s / generator.max_retries"
+        policy = RetryPolicy(
+            retries=self.max_retries if retries is None else retries,
+            backoff_s=_BACKOFF_BASE_S,
+            max_backoff_s=_BACKOFF_MAX_S,
         )
+
+        def send() -> httpx.Response:
+            with self._slots:
+                return self._client.post(url, json=body)
+
+        def judge(response: httpx.Response | None, error: Exception | None) -> str | None:
+            if isinstance(error, httpx.TimeoutException):
+                return f"no answer within {self.timeout_s:g} s"
+            if error is not None:
+                return f"cannot connect ({type(error).__name__}: {_first_line(str(error), 120)})"
+            assert response is not None
+            if response.status_code in RETRY_STATUS:
+                return f"HTTP {response.status_code}: {_first_line(_error_message(response))}"
+            return None
+
+        last = send_with_retries(send, policy, judge, f"LLM server at {url}")
+        response = last.response
+        if last.problem is not None or response is None:
+            raise LLMServerError(
+                f"LLM server at {url} failed after {last.attempts} attempt(s): {last.problem}; check that it is "
+                "running, or raise generator.timeout_s / generator.max_retries"
+            )
+        if response.status_code >= 400:
+            raise LLMRequestRefused(
+                f"LLM server at {url} refused the request (HTTP {response.status_code}: "
+                f"{_first_line(_error_message(response))})",
+                response.status_code,
+            )
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise LLMServerError(f"LLM server at {url} answered with invalid JSON: {exc}") from exc
 
     def close(self) -> None:
         self._client.close()
@@ -427,63 +409,51 @@ class OpenAICompatGenerator:
             )
         return out
 
-    def generate(
-        self,
-        prompt: str,
-        *,
-        max_new_tokens: int,
-        stop: Sequence[str] = (),
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        n: int = 1,
-        seed: int | None = None,
-        logprobs: bool = False,
-        entropy: bool = False,
-        stop_when: StopWhen | None = None,
-    ) -> list[Generation]:
+    def _decode(self, request: Request) -> list[Generation]:
         """Greedy or sampled continuations of a raw text prompt (sent as one user message in chat mode).
 
-        ``entropy=True`` returns entropies approximated from the top-k logprobs (``ENTROPY_APPROX``).
+        ``entropy=True`` returns entropies approximated from the top-k logprobs (``ENTROPY_APPROX``). A
+        ``stop_when`` predicate cannot run on the server: generation ends at the other limits.
         """
-        del stop_when  # a predicate cannot run on the server: generation ends at the other limits
-        validate_request(max_new_tokens, n, temperature, top_p, top_k)
-        if entropy and self.top_logprobs == 0:
+        r = request
+        if r.entropy and self.top_logprobs == 0:
             raise CapabilityError(
                 "entropy needs top-k logprobs, but generator.top_logprobs is 0; set it to 5 or more"
             )
-        stops = [s for s in stop if s]
         flavour = self.server_flavour
-        fitted, prompt_tokens, truncated = self._fit_prompt(prompt, max_new_tokens)
+        fitted, prompt_tokens, truncated = self._fit_prompt(r.prompt, r.max_new_tokens)
         prompt_tokens += self._special_tokens()
-        greedy = temperature == 0
-        want = 1 if greedy else n
-        sampling = self._sampling_body(temperature, top_p, top_k, seed, flavour)
-        want_scores = logprobs or entropy
+        want = r.samples
+        sampling = self._sampling_body(r.temperature, r.top_p, r.top_k, r.seed, flavour)
+        want_scores = r.logprobs or r.entropy
         choices = self._request(
-            fitted, max_new_tokens=max_new_tokens, stop=stops, n=want, sampling=sampling, logprobs=want_scores
+            fitted,
+            max_new_tokens=r.max_new_tokens,
+            stop=r.stops,
+            n=want,
+            sampling=sampling,
+            logprobs=want_scores,
         )[:want]
         if len(choices) < want:  # servers that ignore n (llama-cpp-python): one request per missing sample
             extra = want - len(choices)
 
             def one(k: int) -> _Choice:
                 body = dict(sampling)
-                if seed is not None:
-                    body["seed"] = seed + len(choices) + k
+                if r.seed is not None:
+                    body["seed"] = r.seed + len(choices) + k
                 return self._request(
                     fitted,
-                    max_new_tokens=max_new_tokens,
-                    stop=stops,
+                    max_new_tokens=r.max_new_tokens,
+                    stop=r.stops,
                     n=1,
                     sampling=body,
                     logprobs=want_scores,
                 )[0]
 
             choices += list(self._executor().map(one, range(extra)))
-        gens = [self._to_generation(c, stops, prompt_tokens, truncated, logprobs, entropy) for c in choices]
-        if greedy and n > 1:
-            gens += [_copy(gens[0]) for _ in range(n - 1)]
-        return gens
+        return [
+            self._to_generation(c, r.stops, prompt_tokens, truncated, r.logprobs, r.entropy) for c in choices
+        ]
 
     async def agenerate(self, prompt: str, **options: Any) -> list[Generation]:
         """``generate`` for asyncio callers; runs in a worker thread so that many questions overlap."""
@@ -499,13 +469,13 @@ class OpenAICompatGenerator:
         self, c: _Choice, stops: list[str], prompt_tokens: int, truncated: bool, logprobs: bool, entropy: bool
     ) -> Generation:
         text, finish = c.text, _FINISH.get(c.finish, "stop")
-        cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+        cut = find_stop(text, stops)
         if cut >= 0:  # a stop string the server was not told about (it takes four at most)
             text, finish = text[:cut], "stop"
         tokens = c.tokens
         if tokens is not None and len("".join(tokens)) >= len(text):
-            n_kept = len(_cut_pieces(tokens, len(text)))
-            tokens = _cut_pieces(tokens, len(text))
+            tokens = cut_pieces(tokens, len(text))
+            n_kept = len(tokens)
         else:
             n_kept = len(tokens) if tokens is not None else 0
         ids = self.tokenize(text) if text else []
@@ -525,21 +495,6 @@ class OpenAICompatGenerator:
             finish_reason=finish,
             prompt_tokens=c.prompt_tokens if c.prompt_tokens is not None else prompt_tokens,
             prompt_truncated=truncated,
-        )
-
-    # ----------------------------------------------------------------------------------------------------------
-    def analyze(
-        self,
-        text: str,
-        *,
-        attention_layer: int | None = None,
-        hidden_layers: Sequence[int] = (),
-        scores: bool = False,
-    ) -> Analysis:
-        """An HTTP API exposes no attention or hidden states, and no standard way to score a given text."""
-        what = "attention" if attention_layer is not None else "hidden states" if hidden_layers else "scoring"
-        raise CapabilityError(
-            f"the 'openai' generator backend cannot provide {what} of a forward pass; use the 'hf' backend"
         )
 
 
@@ -592,20 +547,6 @@ def _read_content_logprobs(out: _Choice, content: list[dict[str, Any]]) -> None:
         out.tokens = [str(e.get("token", "")) for e in content]
     out.logprobs = [float(e.get("logprob", 0.0)) for e in content]
     out.top = [{str(t["token"]): float(t["logprob"]) for t in e.get("top_logprobs") or []} for e in content]
-
-
-def _copy(g: Generation) -> Generation:
-    return Generation(
-        text=g.text,
-        token_ids=list(g.token_ids),
-        tokens=list(g.tokens),
-        logprobs=None if g.logprobs is None else list(g.logprobs),
-        entropies=None if g.entropies is None else list(g.entropies),
-        top_logprobs=None if g.top_logprobs is None else [dict(t) for t in g.top_logprobs],
-        finish_reason=g.finish_reason,
-        prompt_tokens=g.prompt_tokens,
-        prompt_truncated=g.prompt_truncated,
-    )
 
 
 __all__ = ["RETRY_STATUS", "LLMRequestRefused", "LLMServerError", "OpenAICompatGenerator", "approx_entropy"]

@@ -14,12 +14,18 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
-from quco.blackbox.estimators import EstimatorName, estimate
-from quco.blackbox.similarity import (
+from quco.engine.context import RunContext
+from quco.engine.method import Check, Draft, Method, MethodParams, Shape
+from quco.errors import CapabilityError, ConfigError, QucoError
+from quco.llm.base import Capability
+from quco.prompts import build_prompt
+from quco.signals.record import TriggerRecord
+from quco.signals.sampled.estimators import EstimatorName, estimate
+from quco.signals.sampled.similarity import (
     DEFAULT_NLI_MODEL,
     EmbeddingSimilarity,
     JaccardSimilarity,
@@ -30,13 +36,6 @@ from quco.blackbox.similarity import (
     yes_no_from_logprobs,
     yes_no_probability,
 )
-from quco.engine.context import RunContext
-from quco.engine.method import Check, Draft, Method, MethodParams
-from quco.errors import CapabilityError, ConfigError, QucoError
-from quco.llm.base import Capability
-from quco.prompts import build_prompt
-from quco.triggers.decide import score as recorded_score
-from quco.triggers.decide import trigger_record
 
 SAMPLER_ROLE = "sampler"
 JUDGE_ROLE = "judge"
@@ -125,16 +124,17 @@ def _seed(base: int, question: str, prefix: str) -> int:
 
 
 class BlackBoxRAG(Method):
-    name: ClassVar[str] = "blackbox"
-    description: ClassVar[str] = (
+    name = "blackbox"
+    description = (
         "Black-box trigger: retrieve when sampled versions of the next sentence disagree "
         "(NumSemSets, EigV, DegMat, Eccentricity, lexical similarity)."
     )
-    Params: ClassVar[type[MethodParams]] = BlackBoxParams
-    template: ClassVar[str] = "baseline"
-    unit = "sentence"
-    keep_rule = "first_sentence"
-    needs: ClassVar[frozenset[Capability]] = frozenset({Capability.TEXT, Capability.SAMPLING})
+    Params = BlackBoxParams
+    template = "baseline"
+    # The whole prediction shares the token budget, as this loop has always run (no published loop to follow).
+    SHAPE = Shape(
+        unit="sentence", budget="prediction", needs=frozenset({Capability.TEXT, Capability.SAMPLING})
+    )
 
     params: BlackBoxParams
 
@@ -288,28 +288,20 @@ class BlackBoxRAG(Method):
         u, info = self.score(samples, ctx)
         theta = self.threshold
         # One candidate per check, recorded as every thresholded trigger is, so runs can be replayed at
-        # other thresholds (quco.triggers.sweep) and matched by the random trigger.
-        trigger = trigger_record("above", theta, [u])
+        # other thresholds (quco.signals.replay) and matched by the random trigger.
+        similarity = "rougeL" if not self._needs_matrix() else p.similarity
+        record = TriggerRecord.decide(p.estimator, "above", theta, [u], "sentence", similarity=similarity)
         signals: dict[str, Any] = {
             "estimator": p.estimator,
-            "similarity": "rougeL" if not self._needs_matrix() else p.similarity,
-            "score": recorded_score(u),
-            "threshold": theta,
+            "similarity": similarity,
             "n": len(samples),
             **info,
-            "trigger": trigger,
         }
         if p.record_samples:
             signals["samples"] = samples
-        if trigger["fired_at"] is not None:
+        if record.fired:
             queries = self._queries(draft, question, ctx)
-            return Check(
-                fire=True,
-                keep="",
-                queries=queries,
-                signals=signals,
-                reason=f"{p.estimator} U = {u:.4g} > {theta:g}: the samples disagree",
+            return Check.retrieve(
+                "", queries, f"{p.estimator} U = {u:.4g} > {theta:g}: the samples disagree", signals, record
             )
-        return Check(
-            fire=False, keep=draft.text, signals=signals, reason=f"{p.estimator} U = {u:.4g} <= {theta:g}"
-        )
+        return Check.accept(draft.text, f"{p.estimator} U = {u:.4g} <= {theta:g}", signals, record)

@@ -3,11 +3,11 @@
 As in ``AttnWeightRAG`` of oneal2000/DRAGIN (current version): draft a continuation from exemplars +
 question + text (no passages); re-read it to get each word's attention score; per sentence, value =
 normalised attention x entropy x number of words; the first sentence with a value over the threshold is
-flagged (the sentence stating the answer is not checked). With ``check_real_words`` only content words of the
+flagged (the sentence stating the answer is checked too, as both DRAGIN's and QuCo-RAG's code do). With ``check_real_words`` only content words of the
 flagged sentence count as "hit" words for the query. The query (``real_words``) is the top-k content words of
 question + text by the attention the hit words pay them. Retrieve, regenerate, keep the first sentence.
 
-Signals and query are in ``quco.triggers.attention``. Differences forced by our seams, stated so a reader can
+Signals and query are in ``quco.signals.attention``. Differences forced by our seams, stated so a reader can
 weigh them: the re-read starts with the tokenizer's BOS (which takes the attention sink that DRAGIN's
 BOS-less re-read gives to the first generated token), and the attention map arrives averaged over heads, so
 "max over later positions" is taken after the head average rather than before it.
@@ -16,17 +16,16 @@ BOS-less re-read gives to the first generated token), and the attention map arri
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
 
-from quco.answer import has_answer
 from quco.engine.context import RunContext
-from quco.engine.method import Check, Draft, Method, MethodParams
+from quco.engine.method import Check, Draft, Method, MethodParams, Shape
 from quco.llm.base import Capability
-from quco.text.nlp import load_spacy
-from quco.triggers.attention import (
+from quco.signals import spans
+from quco.signals.attention import (
     forward_attention,
     max_attention_received,
     mean_per_group,
@@ -34,9 +33,9 @@ from quco.triggers.attention import (
     sum_per_group,
     top_k_in_order,
 )
-from quco.triggers.decide import score, trigger_record
-from quco.triggers.spans import assign, group_by, group_words, locate, token_positions, words_by_sentence
-from quco.triggers.words import content_words, is_content
+from quco.signals.record import TriggerRecord, score
+from quco.signals.spans import candidate_sentences
+from quco.signals.words import content_words, is_content
 
 log = logging.getLogger(__name__)
 
@@ -52,21 +51,20 @@ class DraginParams(MethodParams):
     # The paper's RIND multiplies by a stop-word indicator before thresholding; the code does not (False).
     trigger_on_content_words: bool = False
     weight: Literal["entropy", "neg_logprob"] = "entropy"  # "neg_logprob" is the published attn_prob variant
-    scan_answer_sentence: bool = False
+    # The published modifier scores every sentence of the draft, the one stating the answer included.
+    scan_answer_sentence: bool = True
     attention_layer: int = -1  # the last layer
 
 
 class DRAGIN(Method):
-    name: ClassVar[str] = "dragin"
-    description: ClassVar[str] = "DRAGIN: attention x entropy over content words; attention-selected query."
-    Params: ClassVar[type[MethodParams]] = DraginParams
-    needs: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.TEXT, Capability.LOGPROBS, Capability.ENTROPY, Capability.ATTENTION}
+    name = "dragin"
+    description = "DRAGIN: attention x entropy over content words; attention-selected query."
+    Params = DraginParams
+    SHAPE = Shape(
+        draft_logprobs=True,
+        draft_docs="none",
+        needs=frozenset({Capability.TEXT, Capability.LOGPROBS, Capability.ENTROPY, Capability.ATTENTION}),
     )
-    unit = "continuation"
-    keep_rule = "first_sentence"
-    draft_logprobs = True
-    draft_docs = False
 
     params: DraginParams
 
@@ -74,30 +72,24 @@ class DRAGIN(Method):
         p = self.params
         gen = draft.generation
         if gen is None or gen.entropies is None or gen.logprobs is None:
-            return Check(fire=False, keep=draft.text, reason="no token scores for this text")
-        nlp = load_spacy(ctx.parts.config.text.spacy_model)
+            return Check.accept(draft.text, "no token scores for this text")
+        nlp = ctx.parts.text.nlp()
         sentences = draft.sentences
 
         # Re-read the generated tokens alone: the attention each word receives from later positions.
         analysis = ctx.analyze(gen.text, attention_layer=p.attention_layer)
         if "".join(analysis.tokens) != gen.text:
             log.warning("re-read tokens do not spell the generated text; word positions may be off")
-        words = group_words(analysis.tokens)
+        words = spans.group_words(analysis.tokens)
         received = max_attention_received(analysis.attention)
         word_att = sum_per_group(received, [w.tokens for w in words])
-        owner = assign(token_positions(gen.tokens), [(w.start, w.end) for w in words])
+        owner = spans.assign(spans.token_positions(gen.tokens), [(w.start, w.end) for w in words])
         weights = gen.entropies if p.weight == "entropy" else [-v for v in gen.logprobs]
-        word_weight = mean_per_group(weights, group_by(owner, len(words)))
+        word_weight = mean_per_group(weights, spans.group_by(owner, len(words)))
 
-        spans = locate(gen.text, sentences)
-        per_sentence = words_by_sentence(words, spans)
+        per_sentence = spans.words_by_sentence(words, spans.locate(gen.text, sentences))
         candidates: list[dict[str, Any]] = []
-        for si, sentence in enumerate(sentences):
-            if not p.scan_answer_sentence and has_answer(sentence):
-                break
-            ws = per_sentence[si]
-            if not ws:
-                continue
+        for si, sentence, ws in candidate_sentences(sentences, per_sentence, not p.scan_answer_sentence):
             values = rind_values(word_att[ws], word_weight[ws])
             if p.trigger_on_content_words:
                 real = content_words(sentence, nlp)
@@ -111,26 +103,20 @@ class DRAGIN(Method):
                     p.weight: [score(e) for e in word_weight[ws]],
                     "values": [score(v) for v in values],
                     "score": float(values.max()),
-                    "_words": ws,
                 }
             )
-        trigger = trigger_record("above", p.threshold, [c["score"] for c in candidates])
+        record = TriggerRecord.decide(
+            "rind", "above", p.threshold, [c["score"] for c in candidates], "sentence", weight=p.weight
+        )
         for c in candidates:
             c["score"] = score(c["score"])
-        at = trigger["fired_at"]
-        ws_flagged: list[int] = candidates[at]["_words"] if at is not None else []
-        for c in candidates:
-            del c["_words"]
-        signals: dict[str, Any] = {"trigger": trigger, "sentences": candidates}
+        at = record.fired_at
+        signals: dict[str, Any] = {"sentences": candidates}
         if at is None:
-            return Check(
-                fire=False,
-                keep=draft.text,
-                signals=signals,
-                reason=f"no word value exceeds {p.threshold:g}",
-            )
+            return Check.accept(draft.text, f"no word value exceeds {p.threshold:g}", signals, record)
         flagged = candidates[at]
         si = flagged["sentence"]
+        ws_flagged = per_sentence[si]
         over = [v > p.threshold for v in flagged["values"]]
         hit = list(over)
         if p.check_real_words:
@@ -144,12 +130,12 @@ class DRAGIN(Method):
             query = sentences[si]
             signals["query_fallback"] = "the query rule produced no words; the flagged sentence is the query"
         top = int(np.argmax(flagged["values"]))
-        return Check(
-            fire=True,
-            keep=ptext,
-            queries=[query],
-            signals=signals,
-            reason=f"sentence {si}: word '{flagged['words'][top]}' value {flagged['values'][top]:g} > {p.threshold:g}",
+        return Check.retrieve(
+            ptext,
+            [query],
+            f"sentence {si}: word '{flagged['words'][top]}' value {flagged['values'][top]:g} > {p.threshold:g}",
+            signals,
+            record,
         )
 
     def _query(
@@ -179,7 +165,7 @@ class DRAGIN(Method):
         curr_text = " ".join(curr_words)
         all_text = f"{forward_all} {curr_text}"
         analysis = ctx.analyze(all_text, attention_layer=p.attention_layer)
-        words = group_words(analysis.tokens)
+        words = spans.group_words(analysis.tokens)
         curr_start = len(forward_all) + 1
         curr_idx = [i for i, w in enumerate(words) if w.start >= curr_start]
         hits = [curr_idx[j] for j, h in enumerate(hit) if h and j < len(curr_idx)]

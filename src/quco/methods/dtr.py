@@ -16,21 +16,22 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import replace
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from quco.answer import extract_answer
 from quco.engine.context import RunContext
-from quco.engine.method import Check, Decision, Draft, Method, MethodParams
+from quco.engine.method import Check, Decision, Draft, Method, MethodParams, Selection, Shape
 from quco.llm.base import Capability
 from quco.prompts import PromptTemplate, TemplateSection
-from quco.retrieval.base import Passage, Retriever
+from quco.retrieval.base import Passage
 from quco.retrieval.corpus import document_text
 from quco.retrieval.dense import DEFAULT_DENSE_MODEL, DenseRetriever
+from quco.signals.dtr import AisScore, ais_select, ugt_decision
+from quco.signals.record import TriggerRecord
 from quco.trace import RetrievedRef
-from quco.triggers.dtr import AisScore, ais_select, ugt_decision
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,10 @@ _ANSWER_SECTION = TemplateSection(
 ANSWER_TEMPLATE = PromptTemplate(
     name="dtr-short", exemplar_header="", initial=_ANSWER_SECTION, hallucination=_ANSWER_SECTION
 )
-DENSE_EXTRA = "dense"  # key of the dense retriever in Parts.extras (shared with any other dense method)
-_STANDARD_EXTRA = "dtr.standard_retriever"
-_EMBEDDER_EXTRA = "dtr.embedder"
+DENSE_RETRIEVER = (
+    "dense"  # name of the dense retriever in Parts.retrievers (shared with any other dense method)
+)
+_EMBEDDER_EXTRA = "dtr.embedder"  # Parts.extras: the embedder of path_retriever "pipeline"
 
 
 class DTRParams(MethodParams):
@@ -108,35 +110,45 @@ def as_prediction(answer: str) -> str:
     return f"So the answer is {answer}." if answer else ""
 
 
-def _finite(x: float) -> float | None:
-    return round(x, 6) if math.isfinite(x) else None
-
-
 class DTR(Method):
-    name: ClassVar[str] = "dtr"
-    description: ClassVar[str] = (
+    name = "dtr"
+    description = (
         "DTR: answer directly when the short answer's NLL is low; else dual-path dense retrieval "
         "(question + pseudo-passage) with adaptive selection."
     )
-    Params: ClassVar[type[MethodParams]] = DTRParams
-    needs: ClassVar[frozenset[Capability]] = frozenset({Capability.TEXT, Capability.LOGPROBS})
-    uses_retriever: ClassVar[bool] = False  # DTR searches its own dense index (built in setup)
-    single_pass: ClassVar[bool] = True
+    Params = DTRParams
+    # DTR searches its own dense index (built in setup): the pipeline's retriever only for the ablation that
+    # asks for it. Dual-path retrieval is the loop's multi-path option; AIS is ``select``.
+    SHAPE = Shape(
+        single_pass=True,
+        retriever=False,
+        multi_path=True,
+        needs=frozenset({Capability.TEXT, Capability.LOGPROBS}),
+    )
 
     params: DTRParams
+
+    @property
+    def shape(self) -> Shape:
+        p = self.params
+        if p.retrieval == "dual_path":
+            return replace(self.SHAPE, retriever=p.path_retriever == "pipeline")
+        return replace(self.SHAPE, multi_path=False, retriever=p.standard_retriever == "pipeline")
 
     # -- parts ---------------------------------------------------------------------------------------
     def setup(self, parts: Any) -> None:
         p = self.params
         cfg = parts.config
         if p.retrieval == "dual_path" and p.path_retriever == "pipeline":
-            from quco.retrieval import build_retriever
             from quco.retrieval.dense import Embedder
 
-            parts.extras[_STANDARD_EXTRA] = parts.retriever or build_retriever(cfg.retriever)
+            if parts.retriever is None:  # parts assembled for another variant
+                from quco.retrieval import build_retriever
+
+                parts.retriever = build_retriever(cfg.retriever)
             parts.extras[_EMBEDDER_EXTRA] = Embedder(p.dense_model, batch_size=p.dense_batch_size)
         elif p.retrieval == "dual_path" or p.standard_retriever == "dense":
-            existing = parts.extras.get(DENSE_EXTRA)
+            existing = parts.retrievers.get(DENSE_RETRIEVER)
             if not (isinstance(existing, DenseRetriever) and existing.embedder.name == p.dense_model):
                 from quco.retrieval.dense import ensure_dense_index
 
@@ -149,23 +161,11 @@ class DTR(Method):
                     query_prefix=p.dense_query_prefix,
                 )
                 log.info("dtr: dense index %s (%s)", retriever.index_dir, "reused" if reused else "built")
-                parts.extras[DENSE_EXTRA] = retriever
-        else:
-            from quco.retrieval import build_retriever
-
-            parts.extras[_STANDARD_EXTRA] = parts.retriever or build_retriever(cfg.retriever)
+                parts.retrievers[DENSE_RETRIEVER] = retriever
         if p.answer_prompt == "short":
             # The paper answers zero-shot from the passages; the CoT exemplars would ask for reasoning.
             parts.template = ANSWER_TEMPLATE
             parts.exemplars = ()
-
-    def _dense(self, ctx: RunContext) -> DenseRetriever:
-        return ctx.parts.extras[DENSE_EXTRA]
-
-    def _standard(self, ctx: RunContext) -> Retriever:
-        if self.params.standard_retriever == "dense":
-            return self._dense(ctx)
-        return ctx.parts.extras[_STANDARD_EXTRA]
 
     def unit_tokens(self, ctx: RunContext) -> int:
         if self.params.answer_prompt == "short":
@@ -175,7 +175,7 @@ class DTR(Method):
     # -- before generation: UGT, then standard or dual-path retrieval -------------------------------
     def before(self, question: str, ctx: RunContext) -> Decision:
         p = self.params
-        signals: dict[str, Any] = {"threshold": p.uncertainty_threshold}
+        signals: dict[str, Any] = {}
         if p.uncertainty_threshold > 0:
             gen = ctx.generate(
                 DIRECT_PROMPT.format(question=question),
@@ -186,35 +186,50 @@ class DTR(Method):
             answer = short_answer(gen.text)
             # quco generators leave the end token out of Generation.logprobs, so nothing is dropped here.
             trig = ugt_decision(gen.logprobs or [], p.uncertainty_threshold)
+            record = TriggerRecord.decide(
+                "answer_nll",
+                "at_least",
+                p.uncertainty_threshold,
+                [trig.uncertainty],
+                "question",
+                param="uncertainty_threshold",
+            )
             signals.update(
                 direct_answer=answer,
-                uncertainty=_finite(trig.uncertainty),
                 answer_tokens=trig.tokens,
                 token_logprobs=[round(x, 5) for x in gen.logprobs or []],
             )
-            if not trig.retrieve:
+            if not record.fired:
                 reason = f"mean NLL {trig.uncertainty:.4g} < {p.uncertainty_threshold:g}: confident, answered directly"
-                return Decision(False, signals=signals, reason=reason, answer=as_prediction(answer))
+                return Decision(
+                    False, signals=signals, reason=reason, triggers=[record], answer=as_prediction(answer)
+                )
             reason = (
                 f"mean NLL {trig.uncertainty:.4g} >= {p.uncertainty_threshold:g}"
                 if math.isfinite(trig.uncertainty)
                 else "the direct answer is empty"
             )
         else:
+            record = TriggerRecord.decide(
+                "answer_nll",
+                "always",
+                p.uncertainty_threshold,
+                [None],
+                "question",
+                param="uncertainty_threshold",
+            )
             reason = "threshold 0: always retrieve"
         if p.retrieval == "standard":
-            docs, refs = ctx.retrieve([question], p.top_k, retriever=self._standard(ctx))
             signals["retrieval"] = "standard"
             return Decision(
-                True, [question], signals, f"{reason}; standard retrieval", passages=docs, refs=refs
+                True,
+                [question],
+                signals,
+                f"{reason}; standard retrieval",
+                triggers=[record],
+                retriever=DENSE_RETRIEVER if p.standard_retriever == "dense" else None,
+                k=p.top_k,
             )
-        return self._dual_path(question, ctx, signals, reason)
-
-    def _dual_path(self, question: str, ctx: RunContext, signals: dict[str, Any], reason: str) -> Decision:
-        p = self.params
-        k = p.top_k or 3
-        on_the_fly = p.path_retriever == "pipeline"
-        dense = ctx.parts.extras[_STANDARD_EXTRA] if on_the_fly else self._dense(ctx)
         raw = ctx.generate(
             PSEUDO_PROMPT.format(question=question),
             role="pseudo_document",
@@ -224,30 +239,42 @@ class DTR(Method):
         pseudo = first_paragraph(raw)
         queries = [question, pseudo] if pseudo else [question]
         signals.update(retrieval="dual_path", ais_score=p.ais_score, pseudo_passage=pseudo)
-        candidates, found = ctx.retrieve(queries, p.n_per_path, retriever=dense)
-        if not candidates:
-            return Decision(True, queries, signals, f"{reason}; nothing retrieved", passages=[], refs=[])
+        retriever = None if p.path_retriever == "pipeline" else DENSE_RETRIEVER
+        return Decision(
+            True, queries, signals, reason, triggers=[record], retriever=retriever, k=p.n_per_path
+        )
+
+    def select(self, question: str, decision: Decision, found: Selection, ctx: RunContext) -> Selection:
+        """AIS: keep the ``top_k`` candidates closest to both the question and the pseudo-passage."""
+        p = self.params
+        passages, refs = found.passages, found.refs
+        if not passages:
+            return Selection([], [], note="nothing retrieved")
+        k = p.top_k or 3
+        queries = decision.queries
         with ctx.timed("retrieval"):
-            if on_the_fly:
+            if p.path_retriever == "pipeline":  # embed the few candidates on the fly
                 emb = ctx.parts.extras[_EMBEDDER_EXTRA]
                 vecs = emb.encode([p.dense_query_prefix + q for q in queries])
-                texts = [p.dense_passage_prefix + document_text(c) for c in candidates]
+                texts = [p.dense_passage_prefix + document_text(c) for c in passages]
                 sims = np.clip(vecs @ emb.encode(texts).T, -1.0, 1.0)
             else:
+                dense: DenseRetriever = ctx.parts.retrievers[DENSE_RETRIEVER]  # type: ignore[assignment]
                 vecs = dense.encode_queries(queries)
-                sims = dense.similarities(vecs, [c.id for c in candidates])
+                sims = dense.similarities(vecs, [c.id for c in passages])
         s1 = [float(x) for x in sims[0]]
-        if pseudo:
+        signals: dict[str, Any] = {}
+        if len(queries) > 1:
             s2 = [float(x) for x in sims[1]]
             s0 = float(vecs[0] @ vecs[1])
             order, scores = ais_select(s1, s2, k, p.ais_score, s0)
             signals["question_pseudo_cosine"] = round(s0, 6)
-            why = f"{reason}; dual-path retrieval, {len(candidates)} candidates, kept {len(order)} by {p.ais_score}"
+            note = f"dual-path retrieval, {len(passages)} candidates, kept {len(order)} by {p.ais_score}"
         else:
             # Without a pseudo-passage there is one path; rank by the question similarity alone.
             s2, scores = s1, s1
             order = sorted(range(len(s1)), key=lambda i: -s1[i])[:k]
-            why = f"{reason}; the pseudo-passage is empty, so question-path retrieval only"
+            note = "the pseudo-passage is empty, so question-path retrieval only"
         signals["candidates"] = [
             {
                 "id": c.id,
@@ -258,28 +285,21 @@ class DTR(Method):
                 "score": round(scores[i], 6),
                 "kept": i in order,
             }
-            for i, (c, f) in enumerate(zip(candidates, found, strict=True))
+            for i, (c, f) in enumerate(zip(passages, refs, strict=True))
         ]
-        passages: list[Passage] = [replace(candidates[i], score=scores[i]) for i in order]
-        refs = [
+        kept: list[Passage] = [replace(passages[i], score=scores[i]) for i in order]
+        kept_refs = [
             RetrievedRef(
-                id=candidates[i].id,
-                title=candidates[i].title,
-                score=round(scores[i], 4),
-                query=found[i].query,
+                id=passages[i].id, title=passages[i].title, score=round(scores[i], 4), query=refs[i].query
             )
             for i in order
         ]
-        return Decision(True, queries, signals, why, passages=passages, refs=refs)
+        return Selection(kept, kept_refs, signals, note)
 
     # -- after the one generation --------------------------------------------------------------------
     def check(self, draft: Draft, question: str, ctx: RunContext) -> Check:
         if self.params.answer_prompt != "short":
-            return Check(fire=False, keep=draft.text)
+            return Check.accept(draft.text)
         answer = short_answer(draft.text)
-        return Check(
-            fire=False,
-            keep=as_prediction(answer),
-            signals={"short_answer": answer},
-            reason="short answer from the selected passages",
-        )
+        why = "short answer from the selected passages"
+        return Check.accept(as_prediction(answer), why, {"short_answer": answer})

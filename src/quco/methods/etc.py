@@ -8,35 +8,32 @@ The first word whose value exceeds the threshold (``thres_abs``: whose |value| d
 text before that word is kept. The query is the top-k content words of the question and the text written so
 far by the attention the flagged words pay them. Retrieve, regenerate, keep the first sentence.
 
-The signal functions are in ``quco.triggers.trend``. As with DRAGIN, the attention map arrives averaged over
+The signal functions are in ``quco.signals.trend``. As with DRAGIN, the attention map arrives averaged over
 heads from our generator seam, which matches ETC (it averages over heads first).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from pydantic import Field
 
 from quco.engine.context import RunContext
-from quco.engine.method import Check, Draft, Method, MethodParams
+from quco.engine.method import Check, Draft, Method, MethodParams, Shape
 from quco.llm.base import Capability
-from quco.text.nlp import load_spacy
-from quco.triggers.attention import max_per_group, top_k_in_order
-from quco.triggers.decide import crosses, score, trigger_record
-from quco.triggers.spans import assign, group_by, group_words, locate, token_positions, words_by_sentence
-from quco.triggers.trend import (
+from quco.signals import spans
+from quco.signals.attention import max_per_group, top_k_in_order
+from quco.signals.record import TriggerRecord, crosses, score
+from quco.signals.trend import (
     entropy_differences,
     max_attention_to_new,
     sentence_values,
     smooth_second_order,
     word_attention,
 )
-from quco.triggers.words import content_words, is_content
-
-log = logging.getLogger(__name__)
+from quco.signals.words import content_words, is_content
 
 
 class ETCParams(MethodParams):
@@ -47,17 +44,18 @@ class ETCParams(MethodParams):
     attention_layer: int = -1
 
 
+log = logging.getLogger(__name__)
+
+
 class ETC(Method):
-    name: ClassVar[str] = "etc"
-    description: ClassVar[str] = "ETC: trend (1st/2nd differences) of word entropies, attention-weighted."
-    Params: ClassVar[type[MethodParams]] = ETCParams
-    needs: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.TEXT, Capability.ENTROPY, Capability.ATTENTION}
+    name = "etc"
+    description = "ETC: trend (1st/2nd differences) of word entropies, attention-weighted."
+    Params = ETCParams
+    SHAPE = Shape(
+        draft_logprobs=True,
+        draft_docs="none",
+        needs=frozenset({Capability.TEXT, Capability.ENTROPY, Capability.ATTENTION}),
     )
-    unit = "continuation"
-    keep_rule = "first_sentence"
-    draft_logprobs = True
-    draft_docs = False
 
     params: ETCParams
 
@@ -65,29 +63,31 @@ class ETC(Method):
         p = self.params
         gen = draft.generation
         if gen is None or gen.entropies is None or not draft.prompt:
-            return Check(fire=False, keep=draft.text, reason="no token scores for this text")
-        nlp = load_spacy(ctx.parts.config.text.spacy_model)
+            return Check.accept(draft.text, "no token scores for this text")
+        nlp = ctx.parts.text.nlp()
         prompt = draft.prompt
         full = prompt + gen.text
         analysis = ctx.analyze(full, attention_layer=p.attention_layer)
         if "".join(analysis.tokens) != full:
             log.warning("re-read tokens do not spell prompt + draft; word positions may be off")
-        words = group_words(analysis.tokens, split_punct=True)
+        words = spans.group_words(analysis.tokens, split_punct=True)
         new = [i for i, w in enumerate(words) if w.start >= len(prompt)]
         new_words = [words[i] for i in new]
-        owner = assign(token_positions(gen.tokens, len(prompt)), [(w.start, w.end) for w in new_words])
-        entropy = max_per_group(gen.entropies, group_by(owner, len(new_words)))
+        owner = spans.assign(
+            spans.token_positions(gen.tokens, len(prompt)), [(w.start, w.end) for w in new_words]
+        )
+        entropy = max_per_group(gen.entropies, spans.group_by(owner, len(new_words)))
         real = content_words(gen.text, nlp)
         content = [is_content(w.text, real) for w in new_words]
         s1, s2 = entropy_differences(entropy, content)
         smoothed = smooth_second_order(s2)
         max_att = max_attention_to_new(analysis.attention, [w.tokens for w in new_words])
 
-        spans = [
+        sentence_spans = [
             None if s is None else (s[0] + len(prompt), s[1] + len(prompt))
-            for s in locate(gen.text, draft.sentences)
+            for s in spans.locate(gen.text, draft.sentences)
         ]
-        per_sentence = words_by_sentence(new_words, spans)
+        per_sentence = spans.words_by_sentence(new_words, sentence_spans)
         rule = "abs_above" if p.thres_abs else "above"
         candidates: list[dict[str, Any]] = []
         for si, ws in enumerate(per_sentence):
@@ -108,20 +108,17 @@ class ETC(Method):
                     "attention": [score(max_att[w]) for w in ws],
                     "values": recorded,
                     "score": max((abs(v) for v in recorded), default=0.0) if p.thres_abs else max(recorded),
-                    "_words": ws,
                 }
             )
-        trigger = trigger_record(rule, p.threshold, [c["score"] for c in candidates])
-        at = trigger["fired_at"]
-        flagged_ws: list[int] = candidates[at]["_words"] if at is not None else []
-        for c in candidates:
-            del c["_words"]
-        signals: dict[str, Any] = {"trigger": trigger, "sentences": candidates}
+        record = TriggerRecord.decide(
+            "entropy_trend", rule, p.threshold, [c["score"] for c in candidates], "sentence"
+        )
+        at = record.fired_at
+        signals: dict[str, Any] = {"sentences": candidates}
         if at is None:
-            return Check(
-                fire=False, keep=draft.text, signals=signals, reason=f"no word value exceeds {p.threshold:g}"
-            )
+            return Check.accept(draft.text, f"no word value exceeds {p.threshold:g}", signals, record)
         flagged = candidates[at]
+        flagged_ws = per_sentence[flagged["sentence"]]
         thres = [crosses(v, p.threshold, rule) for v in flagged["values"]]
         first = thres.index(True)
         k = flagged_ws[first]  # index among the generated words
@@ -133,16 +130,11 @@ class ETC(Method):
             signals["query_fallback"] = "the query rule produced no words; the flagged sentence is the query"
         signals["flagged_word"] = new_words[k].text
         signals["kept_before"] = keep  # the draft up to the flagged word; the regeneration continues it
-        return Check(
-            fire=True,
-            keep=keep,
-            queries=[query],
-            signals=signals,
-            reason=(
-                f"sentence {flagged['sentence']}: word '{new_words[k].text}' value "
-                f"{flagged['values'][first]:g} {'|>|' if p.thres_abs else '>'} {p.threshold:g}"
-            ),
+        why = (
+            f"sentence {flagged['sentence']}: word '{new_words[k].text}' value "
+            f"{flagged['values'][first]:g} {'|>|' if p.thres_abs else '>'} {p.threshold:g}"
         )
+        return Check.retrieve(keep, [query], why, signals, record)
 
     def _query(
         self,

@@ -8,15 +8,13 @@ generation would use it.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import Field
 
-from quco.answer import has_answer
 from quco.engine.context import RunContext
-from quco.engine.loop import join_text
-from quco.engine.method import Check, Decision, Draft, Method, MethodParams
-from quco.triggers.decide import trigger_record
+from quco.engine.method import Check, Decision, Draft, Method, MethodParams, Shape
+from quco.signals.record import TriggerRecord
 
 
 class FixedParams(MethodParams):
@@ -29,46 +27,34 @@ class FixLengthParams(FixedParams):
 
 
 class _FixedSchedule(Method):
-    keep_rule = "draft"  # passages inform the next unit; nothing is regenerated
+    Params = FixedParams
+    SHAPE = Shape(keep_rule="draft")  # passages inform the next unit; nothing is regenerated
+    _unit_name: ClassVar[str] = ""
 
     def before(self, question: str, ctx: RunContext) -> Decision:
+        always = TriggerRecord.decide("schedule", "always", 0.0, [None], "question", param="")
         return Decision(
             retrieve=True,
             queries=[question],
             reason="a fixed-schedule method retrieves with the question first",
+            triggers=[always],
         )
 
     def check(self, draft: Draft, question: str, ctx: RunContext) -> Check:
-        text = join_text(draft.prefix, draft.text)
-        budget = ctx.parts.config.generation.max_new_tokens
-        final = ""
-        if has_answer(text):
-            final = "the answer is stated"
-        elif ctx.count_tokens(text) >= budget:
-            final = f"the token budget ({budget}) is spent"
-        signals: dict[str, Any] = {"unit": self.unit}
-        if final:
-            signals["trigger"] = trigger_record("always", 0.0, [], final=True)
-            return Check(fire=False, keep=draft.text, signals=signals, reason=f"last unit: {final}")
-        signals["trigger"] = trigger_record("always", 0.0, [1.0])
-        return Check(
-            fire=True,
-            keep=draft.text,
-            queries=[draft.text],
-            signals=signals,
-            reason=f"fixed schedule: retrieve after every {self._unit_name}",
-        )
-
-    _unit_name: ClassVar[str] = ""
+        unit = self.shape.unit
+        if draft.last:  # the loop stops after this unit: no generation would read another retrieval
+            record = TriggerRecord.decide("schedule", "always", 0.0, [], unit, param="", final=True)
+            return Check.accept(draft.text, f"last unit: {draft.last}", None, record)
+        record = TriggerRecord.decide("schedule", "always", 0.0, [None], unit, param="")
+        why = f"fixed schedule: retrieve after every {self._unit_name}"
+        return Check.retrieve(draft.text, [draft.text], why, {}, record)
 
 
 class FLRAG(_FixedSchedule):
-    name: ClassVar[str] = "fl-rag"
-    description: ClassVar[str] = (
-        "Fixed-length retrieval: retrieve every N tokens with the last chunk as query."
-    )
-    Params: ClassVar[type[MethodParams]] = FixLengthParams
-    unit = "tokens"
+    name = "fl-rag"
+    description = "Fixed-length retrieval: retrieve every N tokens with the last chunk as query."
+    Params = FixLengthParams
+    SHAPE = Shape(unit="tokens", keep_rule="draft")
     _unit_name = "chunk of fix_length tokens"
 
     params: FixLengthParams
@@ -78,8 +64,7 @@ class FLRAG(_FixedSchedule):
 
 
 class FSRAG(_FixedSchedule):
-    name: ClassVar[str] = "fs-rag"
-    description: ClassVar[str] = "Fixed-sentence retrieval: retrieve after every sentence with it as query."
-    Params: ClassVar[type[MethodParams]] = FixedParams
-    unit = "sentence"
+    name = "fs-rag"
+    description = "Fixed-sentence retrieval: retrieve after every sentence with it as query."
+    SHAPE = Shape(unit="sentence", keep_rule="draft")
     _unit_name = "sentence"

@@ -14,18 +14,18 @@ with the sentence (low-confidence tokens masked) and regenerate that sentence.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from dataclasses import replace
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
 
-from quco.answer import has_answer
 from quco.engine.context import RunContext
-from quco.engine.method import Check, Decision, Draft, Method, MethodParams
+from quco.engine.method import Check, Decision, Draft, Method, MethodParams, Shape
 from quco.llm.base import Capability
-from quco.triggers.decide import score, trigger_record
-from quco.triggers.probability import aggregate, masked_text, token_uncertainty
-from quco.triggers.spans import locate, token_spans, tokens_by_sentence
+from quco.signals.probability import aggregate, masked_text, token_uncertainty
+from quco.signals.record import TriggerRecord, score
+from quco.signals.spans import candidate_sentences, locate, token_spans, tokens_by_sentence
 
 
 class FlareParams(MethodParams):
@@ -40,31 +40,32 @@ class FlareParams(MethodParams):
 
 
 class FLARE(Method):
-    name: ClassVar[str] = "flare"
-    description: ClassVar[str] = (
-        "FLARE: retrieve when a sentence's token probabilities are low (masked query)."
+    name = "flare"
+    description = "FLARE: retrieve when a sentence's token probabilities are low (masked query)."
+    Params = FlareParams
+    SHAPE = Shape(
+        keep_rule="all",
+        draft_logprobs=True,
+        draft_docs="none",
+        needs=frozenset({Capability.TEXT, Capability.LOGPROBS}),
     )
-    Params: ClassVar[type[MethodParams]] = FlareParams
-    needs: ClassVar[frozenset[Capability]] = frozenset({Capability.TEXT, Capability.LOGPROBS})
-    unit = "continuation"
-    keep_rule = "all"
-    draft_logprobs = True
-    draft_docs = False
 
     params: FlareParams
 
-    def __init__(self, params: dict[str, Any] | None = None) -> None:
-        super().__init__(params)
-        if self.params.mode == "look_ahead":
-            # Instance attributes override the class declaration that the loop reads.
-            self.unit = "sentence"
-            self.keep_rule = "first_sentence"
-            self.draft_docs = True
+    @property
+    def shape(self) -> Shape:
+        if self.params.mode == "look_ahead":  # one tentative sentence at a time, with the latest passages
+            return replace(self.SHAPE, unit="sentence", keep_rule="first_sentence", draft_docs="latest")
+        return self.SHAPE
 
     def before(self, question: str, ctx: RunContext) -> Decision | None:
         if self.params.mode == "look_ahead":
+            always = TriggerRecord.decide("always", "always", 0.0, [None], "question", param="")
             return Decision(
-                True, [question], reason="look-ahead FLARE starts by retrieving with the question"
+                True,
+                [question],
+                reason="look-ahead FLARE starts by retrieving with the question",
+                triggers=[always],
             )
         return None
 
@@ -72,17 +73,12 @@ class FLARE(Method):
         p = self.params
         gen = draft.generation
         if gen is None or gen.logprobs is None:
-            return Check(fire=False, keep=draft.text, reason="no token probabilities for this text")
+            return Check.accept(draft.text, "no token probabilities for this text")
         sentences = draft.sentences
         per_sentence = tokens_by_sentence(gen.text, gen.tokens, sentences)
         unc = token_uncertainty(gen.logprobs)
         candidates: list[dict[str, Any]] = []
-        for si, sentence in enumerate(sentences):
-            if not p.scan_answer_sentence and has_answer(sentence):
-                break
-            toks = per_sentence[si]
-            if not toks:
-                continue
+        for si, sentence, toks in candidate_sentences(sentences, per_sentence, not p.scan_answer_sentence):
             candidates.append(
                 {
                     "sentence": si,
@@ -92,19 +88,24 @@ class FLARE(Method):
                     "score": aggregate(unc[toks], p.aggregate),
                 }
             )
-        trigger = trigger_record(
-            "above", p.threshold, [c["score"] for c in candidates], aggregate=p.aggregate
+        record = TriggerRecord.decide(
+            "token_uncertainty",
+            "above",
+            p.threshold,
+            [c["score"] for c in candidates],
+            "sentence",
+            aggregate=p.aggregate,
         )
         for c in candidates:
             c["score"] = score(c["score"])
-        signals: dict[str, Any] = {"trigger": trigger, "sentences": candidates}
-        at = trigger["fired_at"]
+        signals: dict[str, Any] = {"sentences": candidates}
+        at = record.fired_at
         if at is None:
-            return Check(
-                fire=False,
-                keep=draft.text,
-                signals=signals,
-                reason=f"no sentence's {p.aggregate} token uncertainty exceeds {p.threshold:g}",
+            return Check.accept(
+                draft.text,
+                f"no sentence's {p.aggregate} token uncertainty exceeds {p.threshold:g}",
+                signals,
+                record,
             )
         flagged = candidates[at]
         si = flagged["sentence"]
@@ -122,10 +123,10 @@ class FLARE(Method):
         else:
             query = " ".join(s for s in (question, draft.prefix, keep) if s)
         signals["flagged_sentence"] = sentences[si]
-        return Check(
-            fire=True,
-            keep=keep,
-            queries=[query],
-            signals=signals,
-            reason=f"sentence {si}: {p.aggregate} token uncertainty {flagged['score']:g} > {p.threshold:g}",
+        return Check.retrieve(
+            keep,
+            [query],
+            f"sentence {si}: {p.aggregate} token uncertainty {flagged['score']:g} > {p.threshold:g}",
+            signals,
+            record,
         )

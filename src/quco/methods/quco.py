@@ -11,27 +11,46 @@ re-checked without a new call. Defaults are the published code's (see docs/metho
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from pydantic import Field
 
-from quco.corpus_stats.base import CountResult
 from quco.engine.context import RunContext
-from quco.engine.method import Check, Decision, Draft, Method, MethodParams
+from quco.engine.method import Check, Decision, Draft, Method, MethodParams, Shape
+from quco.signals.corpus import (
+    COOCCURRENCE,
+    HEAD_COUNT,
+    Claim,
+    claim_flagged,
+    claim_records,
+    count_record,
+    count_value,
+    entity_rarity,
+)
+from quco.signals.record import TriggerRecord
 from quco.text.base import Triplet
 
-# Sentences a chat model adds around an answer; they carry no claim (the published filter).
+# Sentences a chat model adds around an answer carry no claim: the published ``filter_invalid_sentences`` list,
+# matched in the lower-cased sentence, on every generation (drafts and regenerations).
 CHATTY_PHRASES = (
     "happy to help",
-    "glad to help",
+    "here's the",
+    "i'd be happy",
+    "i'm happy to",
     "sure,",
     "certainly",
-    "i hope this helps",
-    "let me know if",
-    "feel free to",
-    "great question",
+    "of course",
+    "let me help",
+    "i can help",
+    "here are the",
+    "here is the",
+    "let me provide",
+    "i'll help",
+    "glad to help",
 )
-# A sentence that disclaims knowledge ends the scan and is dropped (the published list).
+# A sentence that disclaims knowledge is dropped and ends the scan: the published ``not_strings``, matched
+# case-sensitively as published ("No information", but not "no information").
 NEGATION_PHRASES = (
     "does not",
     "not provide",
@@ -41,8 +60,23 @@ NEGATION_PHRASES = (
     "not specif",
     "not explicitly",
     "not publicly",
-    "no information",
+    "No information",
 )
+ANSWER_MARK = (
+    "the answer is"  # a sentence containing it is kept and ends the scan (case-sensitive, as published)
+)
+
+
+@dataclass
+class Verdict:
+    """Stage 2's finding on one judged sentence: what the trace shows, its counted claims, and (when it fires)
+    the queries and why."""
+
+    detail: dict[str, Any]
+    claims: list[Claim] = field(default_factory=list)
+    queries: list[str] = field(default_factory=list)
+    reason: str = ""
+    draw: float | None = None  # the random control's draw for the sentence
 
 
 class QuCoParams(MethodParams):
@@ -63,42 +97,38 @@ class QuCoParams(MethodParams):
     max_queries: int = Field(-1, ge=-1)  # -1 (or 0): every flagged claim becomes a query
     negation_phrases: list[str] = Field(default_factory=lambda: list(NEGATION_PHRASES))
     chatty_phrases: list[str] = Field(default_factory=lambda: list(CHATTY_PHRASES))
-
-
-def _value(result: CountResult, unit: str) -> float | None:
-    if result.status != "ok" or result.count is None:
-        return None
-    if unit == "per_billion":
-        return result.per_billion
-    return float(result.count)
-
-
-def _record(result: CountResult, unit: str) -> dict[str, Any]:
-    rec: dict[str, Any] = {"query": result.query, "count": result.count, "status": result.status}
-    if not result.exact:
-        rec["exact"] = False
-    if result.per_billion is not None:
-        rec["per_billion"] = round(result.per_billion, 4)
-    if result.cached:
-        rec["cached"] = True
-    if result.status != "ok":
-        rec["error"] = result.error
-    return rec
+    # Negation and answer phrases are matched as written (published); False matches them in any case.
+    case_sensitive: bool = True
+    # A negation sentence is dropped and the outer loop goes on (published); True ends generation there.
+    negation_stops: bool = False
+    # The published loop puts the stage-1 passages into the first draft only and later drafts carry none (the
+    # stage-2 passages inform their regeneration); True puts the latest passages into every draft.
+    carry_passages: bool = False
 
 
 class QuCoRAG(Method):
-    name: ClassVar[str] = "quco"
-    description: ClassVar[str] = (
-        "QuCo-RAG: corpus entity frequency before, entity co-occurrence during generation."
-    )
-    Params: ClassVar[type[MethodParams]] = QuCoParams
-    uses_corpus_stats: ClassVar[bool] = True
-    template: ClassVar[str] = "quco"
-    unit = "continuation"
-    keep_rule = "first_sentence"
-    recheck_remainder = True
+    name = "quco"
+    description = "QuCo-RAG: corpus entity frequency before, entity co-occurrence during generation."
+    Params = QuCoParams
+    template = "quco"
+    SHAPE = Shape(recheck_remainder=True, draft_docs="first", corpus_stats=True)
 
     params: QuCoParams
+
+    @property
+    def shape(self) -> Shape:
+        return replace(self.SHAPE, draft_docs="latest") if self.params.carry_passages else self.SHAPE
+
+    def clean(self, sentences: list[str]) -> list[str]:
+        """Drop chatty sentences, as the published code filters every generation."""
+        chatty = self.params.chatty_phrases
+        return [s for s in sentences if not any(c in s.lower() for c in chatty)]
+
+    def _has(self, sentence: str, phrases: list[str] | tuple[str, ...]) -> bool:
+        if self.params.case_sensitive:
+            return any(ph in sentence for ph in phrases)
+        low = sentence.lower()
+        return any(ph.lower() in low for ph in phrases)
 
     def _unknown_retrieves(self, ctx: RunContext) -> bool:
         return ctx.parts.config.corpus_stats.unknown_policy == "retrieve"
@@ -111,32 +141,21 @@ class QuCoRAG(Method):
         with ctx.timed("extraction"):
             entities = ctx.parts.text.entities.question_entities(question, ctx.llm_call("extractor"))
         entities = list(dict.fromkeys(e for e in entities if e.strip()))
-        signals: dict[str, Any] = {
-            "entities": entities,
-            "threshold": p.entity_threshold,
-            "unit": p.threshold_unit,
-        }
-        if not entities:
-            return Decision(False, signals=signals, reason="no entities found in the question")
+        signals: dict[str, Any] = {"entities": entities}
         results = ctx.count(entities)
-        signals["entity_counts"] = [
-            _record(r, p.threshold_unit) | {"entity": e} for e, r in zip(entities, results, strict=True)
-        ]
-        values = [_value(r, p.threshold_unit) for r in results]
-        known = [v for v in values if v is not None]
-        unknown = len(values) - len(known)
+        if results:
+            signals["entity_counts"] = [
+                count_record(r) | {"entity": e} for e, r in zip(entities, results, strict=True)
+            ]
+        values = [count_value(r, p.threshold_unit) for r in results]
+        verdict = entity_rarity(values, p.entity_threshold, p.threshold_unit, self._unknown_retrieves(ctx))
         query = question if p.question_query == "direct" else " ".join(entities)
-        if unknown and self._unknown_retrieves(ctx):
-            signals["unknown"] = unknown
-            return Decision(True, [query], signals, f"{unknown} entity count(s) unknown; policy: retrieve")
-        if not known:
-            return Decision(False, signals=signals, reason="no entity count available; policy: keep")
-        mean = sum(known) / len(known)
-        signals["mean_count"] = round(mean, 4)
-        if mean < p.entity_threshold:
-            return Decision(True, [query], signals, f"mean entity count {mean:g} < {p.entity_threshold:g}")
         return Decision(
-            False, signals=signals, reason=f"mean entity count {mean:g} >= {p.entity_threshold:g}"
+            verdict.record.fired,
+            [query] if verdict.record.fired else [],
+            signals,
+            verdict.reason,
+            triggers=[verdict.record],
         )
 
     # -- stage 2 -------------------------------------------------------------------------------------
@@ -148,82 +167,89 @@ class QuCoRAG(Method):
             return " ".join(t.as_list())
         return sentence
 
-    def _judge(
-        self, triplets: list[Triplet], ctx: RunContext
-    ) -> tuple[list[dict[str, Any]], list[Triplet], int]:
-        """Count every claim; return per-claim records, the flagged claims, and how many were unknown."""
+    def _queries(self, flagged: list[Triplet], sentence: str) -> list[str]:
+        queries = list(dict.fromkeys(self._query_for(t, sentence) for t in flagged))
+        return queries[: self.params.max_queries] if self.params.max_queries > 0 else queries
+
+    def _judge(self, sentence: str, question: str, index: int, ctx: RunContext) -> Verdict:
+        """Stage 2 on one sentence (the ``index``-th judged in this check): extract its claims, count each,
+        flag those below their threshold."""
         p = self.params
+        with ctx.timed("extraction"):
+            triplets = ctx.parts.text.triplets.triplets(sentence, ctx.llm_call("extractor"))
         pairs = [(t.head, t.tail) for t in triplets if t.tail is not None]
         heads = [t.head for t in triplets if t.tail is None]
         co_results = iter(ctx.cooccur(pairs))
         head_results = iter(ctx.count(heads))
-        records, flagged, unknown = [], [], 0
+        unknown_retrieves = self._unknown_retrieves(ctx)
+        records, claims, flagged = [], [], []
         for t in triplets:
             if t.tail is not None:
-                r, threshold, kind = next(co_results), p.cooccurrence_threshold, "cooccurrence"
+                r, threshold, kind = next(co_results), p.cooccurrence_threshold, COOCCURRENCE
             else:
-                r, threshold, kind = next(head_results), p.head_threshold, "head_count"
-            value = _value(r, p.threshold_unit)
-            rec = {"triplet": t.as_list(), "kind": kind, "threshold": threshold} | _record(
-                r, p.threshold_unit
-            )
-            if value is None:
-                unknown += 1
-                rec["flagged"] = self._unknown_retrieves(ctx)
-            else:
-                rec["flagged"] = value < threshold
+                r, threshold, kind = next(head_results), p.head_threshold, HEAD_COUNT
+            claim = Claim(kind, count_value(r, p.threshold_unit))
+            rec = {"triplet": t.as_list(), "kind": kind, "threshold": threshold} | count_record(r)
+            rec["flagged"] = claim_flagged(claim, threshold, unknown_retrieves)
             if rec["flagged"]:
                 flagged.append(t)
             records.append(rec)
-        return records, flagged, unknown
+            claims.append(claim)
+        if not flagged:
+            return Verdict({"claims": records}, claims)
+        first = records[[r["flagged"] for r in records].index(True)]
+        why = (
+            f"{first['kind']} of {first['triplet']} = {first['count']} < {first['threshold']:g}"
+            if first["status"] == "ok"
+            else f"count of {first['triplet']} unknown; policy: retrieve"
+        )
+        return Verdict({"claims": records}, claims, self._queries(flagged, sentence), why)
+
+    def _records(self, verdicts: list[Verdict], question: str, ctx: RunContext) -> list[TriggerRecord]:
+        p = self.params
+        return claim_records(
+            [v.claims for v in verdicts],
+            p.cooccurrence_threshold,
+            p.head_threshold,
+            p.threshold_unit,
+            self._unknown_retrieves(ctx),
+        )
 
     def check(self, draft: Draft, question: str, ctx: RunContext) -> Check:
+        """Scan the draft's sentences in order: a negation or the answer ends the scan; the first sentence
+        whose verdict flags it fires, with the sentences before it kept."""
         p = self.params
-        sentences = [s for s in draft.sentences if not any(c in s.lower() for c in p.chatty_phrases)]
+        sentences = draft.sentences  # chatty sentences are gone already (``clean``)
         if not p.stage2:
-            return Check(fire=False, keep=" ".join(sentences), reason="stage 2 disabled")
+            return Check.accept(" ".join(sentences), "stage 2 disabled")
         clear: list[str] = []
         scanned: list[dict[str, Any]] = []
-        llm = ctx.llm_call("extractor")
+        verdicts: list[Verdict] = []
+
+        def done(reason: str, stop: bool = False) -> Check:
+            records = self._records(verdicts, question, ctx)
+            check = Check.accept(" ".join(clear), reason, {"sentences": scanned}, *records)
+            check.stop = stop
+            return check
+
         for sentence in sentences:
-            low = sentence.lower()
-            if any(n in low for n in p.negation_phrases):
+            if self._has(sentence, p.negation_phrases):
                 scanned.append({"sentence": sentence, "negation": True})
-                return Check(
-                    fire=False,
-                    keep=" ".join(clear),
-                    signals={"sentences": scanned},
-                    reason="a sentence disclaims knowledge; it is dropped and generation ends",
-                    stop=True,
-                )
-            if "the answer is" in low:
+                if p.negation_stops:
+                    return done(
+                        "a sentence disclaims knowledge; it is dropped and generation ends", stop=True
+                    )
+                return done("a sentence disclaims knowledge; it and the rest of the draft are dropped")
+            if self._has(sentence, (ANSWER_MARK,)):
                 clear.append(sentence)
                 scanned.append({"sentence": sentence, "answer": True})
-                return Check(
-                    fire=False, keep=" ".join(clear), signals={"sentences": scanned}, reason="answer stated"
-                )
-            with ctx.timed("extraction"):
-                triplets = ctx.parts.text.triplets.triplets(sentence, llm)
-            records, flagged, unknown = self._judge(triplets, ctx)
-            scanned.append({"sentence": sentence, "claims": records})
-            if flagged:
-                queries = list(dict.fromkeys(self._query_for(t, sentence) for t in flagged))
-                if p.max_queries > 0:
-                    queries = queries[: p.max_queries]
-                first = records[[r["flagged"] for r in records].index(True)]
-                why = (
-                    f"{first['kind']} of {first['triplet']} = {first['count']} < {first['threshold']:g}"
-                    if first["status"] == "ok"
-                    else f"count of {first['triplet']} unknown; policy: retrieve"
-                )
-                return Check(
-                    fire=True,
-                    keep=" ".join(clear),
-                    queries=queries,
-                    signals={"sentences": scanned, "flagged_sentence": sentence},
-                    reason=why,
-                )
+                return done("answer stated")
+            verdict = self._judge(sentence, question, len(verdicts), ctx)
+            scanned.append({"sentence": sentence, **verdict.detail})
+            verdicts.append(verdict)
+            if verdict.queries:
+                signals = {"sentences": scanned, "flagged_sentence": sentence}
+                records = self._records(verdicts, question, ctx)
+                return Check.retrieve(" ".join(clear), verdict.queries, verdict.reason, signals, *records)
             clear.append(sentence)
-        return Check(
-            fire=False, keep=" ".join(clear), signals={"sentences": scanned}, reason="no claim flagged"
-        )
+        return done("no claim flagged")

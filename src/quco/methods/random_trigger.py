@@ -14,15 +14,16 @@ and regenerate it. This is the control for the black-box triggers: the same loop
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar, Literal
+from dataclasses import replace
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from quco.answer import has_answer
 from quco.engine.context import RunContext
-from quco.engine.method import Check, Draft, Method, MethodParams
-from quco.triggers.chance import rate_from_run, step_candidates, uniform_draw
-from quco.triggers.decide import trigger_record
+from quco.engine.method import Check, Draft, Method, MethodParams, Shape
+from quco.signals.chance import retrieval_rate, step_candidates, uniform_draw
+from quco.signals.record import TriggerRecord
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class RandomParams(MethodParams):
     schedule: list[int] | None = None
     every: int | None = Field(None, ge=1)
     query: Literal["sentence", "question", "forward_all"] = "sentence"
-    scan_answer_sentence: bool = False  # as DRAGIN: the sentence stating the answer is no candidate
+    scan_answer_sentence: bool = True  # as DRAGIN: the sentence stating the answer is a candidate too
     # "continuation": DRAGIN's structure (above); "sentence": the black-box structure, one check per drafted
     # sentence, every sentence a candidate (the answer sentence too), query = the temporary sentence.
     unit: Literal["continuation", "sentence"] = "continuation"
@@ -51,24 +52,22 @@ class RandomParams(MethodParams):
 
 
 class RandomTrigger(Method):
-    name: ClassVar[str] = "random"
-    description: ClassVar[str] = (
-        "Random trigger: retrieve at each sentence with probability p (cost-matched control)."
-    )
-    Params: ClassVar[type[MethodParams]] = RandomParams
-    unit = "continuation"
-    keep_rule = "first_sentence"
-    draft_docs = False
+    name = "random"
+    description = "Random trigger: retrieve at each sentence with probability p (cost-matched control)."
+    Params = RandomParams
+    SHAPE = Shape(draft_docs="none")
 
     params: RandomParams
-    p: float = 0.0
 
     def __init__(self, params: dict[str, Any] | None = None) -> None:
         super().__init__(params)
-        self.p = self.params.p
+        self.p = self.params.p  # replaced by the matched run's rate in ``setup``
+
+    @property
+    def shape(self) -> Shape:
         if self.params.unit == "sentence":  # the black-box loop (quco.methods.blackbox) without the samples
-            self.unit = "sentence"  # type: ignore[misc]
-            self.draft_docs = True  # type: ignore[misc]
+            return replace(self.SHAPE, unit="sentence", draft_docs="latest", budget="prediction")
+        return self.SHAPE
 
     def unit_tokens(self, ctx: RunContext) -> int:
         if self.params.unit == "sentence":
@@ -77,7 +76,9 @@ class RandomTrigger(Method):
 
     def setup(self, parts: Any) -> None:
         if self.params.match_run:
-            rate = rate_from_run(self.params.match_run)
+            from quco.eval.runs import load_traces  # the run-file reader; it imports nothing of the engine
+
+            rate = retrieval_rate(load_traces(self.params.match_run))
             self.p = rate.per_candidate
             log.info(
                 "random trigger: p = %.4f, the retrievals per candidate point of %s (%d questions)",
@@ -104,20 +105,30 @@ class RandomTrigger(Method):
                 break
             scanned.append(si)
         # Candidate indices continue across the question's checks, so a schedule counts every sentence once.
-        offset = sum(
-            step_candidates(s.__dict__) for s in ctx.trace.steps if s.stage == "generate" and s.draft
-        )
+        offset = sum(step_candidates(s) for s in ctx.trace.steps if s.stage == "generate" and s.draft)
         indices = [offset + j for j in range(len(scanned))]
         if self.scheduled:
             scores = [1.0 if self._on_schedule(i) else 0.0 for i in indices]
-            trigger = trigger_record("above", 0.5, scores, mode="schedule", candidates=indices)
+            record = TriggerRecord.decide(
+                "schedule", "above", 0.5, scores, "sentence", param="", mode="schedule", candidates=indices
+            )
         else:
             scores = [uniform_draw(p.seed, question, i) for i in indices]
-            trigger = trigger_record("below", self.p, scores, mode="chance", seed=p.seed, candidates=indices)
-        signals: dict[str, Any] = {"trigger": trigger}
-        at = trigger["fired_at"]
+            record = TriggerRecord.decide(
+                "draw",
+                "below",
+                self.p,
+                scores,
+                "sentence",
+                param="p",
+                mode="chance",
+                seed=p.seed,
+                candidates=indices,
+            )
+        signals: dict[str, Any] = {}
+        at = record.fired_at
         if at is None:
-            return Check(fire=False, keep=draft.text, signals=signals, reason="no candidate point drawn")
+            return Check.accept(draft.text, "no candidate point drawn", signals, record)
         si = scanned[at]
         keep = " ".join(sentences[:si])
         if p.unit == "sentence":  # as the black-box check: drop the temporary sentence, search with it
@@ -129,5 +140,5 @@ class RandomTrigger(Method):
         else:
             query = " ".join(s for s in (question, draft.prefix, keep) if s)
         signals["flagged_sentence"] = sentences[si]
-        why = "on the schedule" if self.scheduled else f"draw {trigger['scores'][at]:g} < p = {self.p:g}"
-        return Check(fire=True, keep=keep, queries=[query], signals=signals, reason=f"sentence {si}: {why}")
+        why = "on the schedule" if self.scheduled else f"draw {record.scores[at]:g} < p = {self.p:g}"
+        return Check.retrieve(keep, [query], f"sentence {si}: {why}", signals, record)

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from quco.engine.context import RunContext
-from quco.engine.method import Decision, Method
+from quco.engine.method import Decision, Method, Shape
+from quco.signals.record import TriggerRecord
 
 
 class WoRAG(Method):
-    name: ClassVar[str] = "wo-rag"
-    description: ClassVar[str] = "No retrieval: the model answers from its parameters in one pass."
-    uses_retriever: ClassVar[bool] = False
-    single_pass: ClassVar[bool] = True
+    name = "wo-rag"
+    description = "No retrieval: the model answers from its parameters in one pass."
+    SHAPE = Shape(single_pass=True, retriever=False)
 
 
 class SRRAG(Method):
-    name: ClassVar[str] = "sr-rag"
-    description: ClassVar[str] = "Single-round retrieval: top-k passages for the question, then one pass."
-    single_pass: ClassVar[bool] = True
+    name = "sr-rag"
+    description = "Single-round retrieval: top-k passages for the question, then one pass."
+    SHAPE = Shape(single_pass=True)
 
     def before(self, question: str, ctx: RunContext) -> Decision:
-        return Decision(retrieve=True, queries=[question], reason="single-round retrieval always retrieves")
+        always = TriggerRecord.decide("always", "always", 0.0, [None], "question", param="")
+        return Decision(True, [question], reason="single-round retrieval always retrieves", triggers=[always])

@@ -3,15 +3,17 @@
 Reimplemented from the paper's description (its code is GPL-3.0; none of it is used here):
 - each reasoning step (one sentence, with the passages chosen so far) is sampled ``samples`` times
   (temperature 1.0, top-k 50, top-p 0.9); the EigenScore of the samples' last-token hidden states at a
-  middle layer measures the model's uncertainty (``quco.triggers.eigen``);
+  middle layer measures the model's uncertainty (``quco.signals.eigen``);
 - above the threshold, the step is not trusted: the query is the step's "sure" words (1 - p <= 0.1, or words
   of the question or of the previous step) filtered to content parts of speech; the top passages are read one at
   a time (each added to the passages chosen so far), the step is re-written with each, and the passage whose
   re-written step has the lowest EigenScore is kept, together with that step (self-aware re-ranking);
 - a step that states the answer ends the reasoning; so do ``max_docs`` chosen passages, a repeated query and
   a search that finds no new passage.
-Not implemented: the final "self-aware reasoning" stage that re-answers from all steps and from all passages
-and keeps the answer with the lower EigenScore (our loop has no post-generation stage).
+- the final "self-aware reasoning" stage (``after``, ``final_stage``): the answer is generated twice, once
+  continuing the reasoning chain ("... So the answer is") and once from the chosen passages alone, each with its
+  EigenScore; the answer with the lower score is kept.
+The retrieval and the per-passage re-writing are the loop's (``Shape.per_passage``); SeaKR only chooses.
 """
 
 from __future__ import annotations
@@ -19,24 +21,24 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from typing import Any, ClassVar, Literal
+from dataclasses import replace
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
 
-from quco.answer import has_answer
+from quco.answer import extract_answer, has_answer
 from quco.engine.context import RunContext
-from quco.engine.method import Check, Draft, Method, MethodParams
+from quco.engine.method import Check, Choice, Draft, Final, Method, MethodParams, Reading, Shape
 from quco.errors import ConfigError
 from quco.llm.base import Capability, Generation
 from quco.prompts import build_prompt
 from quco.retrieval.base import Passage
-from quco.text.nlp import load_spacy
-from quco.triggers.decide import score, trigger_record
-from quco.triggers.eigen import eigen_score
-from quco.triggers.probability import token_uncertainty
-from quco.triggers.spans import assign, group_by, token_positions
-from quco.triggers.words import filter_pos
+from quco.signals.eigen import eigen_score
+from quco.signals.probability import token_uncertainty
+from quco.signals.record import TriggerRecord, score
+from quco.signals.spans import assign, group_by, token_positions
+from quco.signals.words import filter_pos
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,10 @@ class SeaKRParams(MethodParams):
     # (much cheaper on CPU: one forward pass per sample either way, but over far fewer tokens).
     hidden_context: Literal["prompt", "question"] = "prompt"
     seed: int = 42
+    # The final self-aware reasoning: answer once from the reasoning chain and once from the passages alone,
+    # and keep the answer whose sampled answers are more consistent (lower EigenScore).
+    final_stage: bool = True
+    answer_tokens: int = Field(32, ge=1)  # token cap of a final answer
 
 
 def _num_layers(generator: Any) -> int | None:
@@ -72,20 +78,27 @@ def _num_layers(generator: Any) -> int | None:
 
 
 class SeaKR(Method):
-    name: ClassVar[str] = "seakr"
-    description: ClassVar[str] = (
-        "SeaKR: EigenScore of sampled hidden states; sure-word query; uncertainty re-ranking."
+    name = "seakr"
+    description = "SeaKR: EigenScore of sampled hidden states; sure-word query; uncertainty re-ranking."
+    Params = SeaKRParams
+    SHAPE = Shape(
+        unit="sentence",
+        budget="prediction",  # reimplemented from the paper, which gives the steps, not a per-call budget
+        keep_rule="draft",  # the per-passage re-writing already wrote the step with the chosen passage
+        draft_logprobs=True,
+        per_passage=-1,
+        needs=frozenset(
+            {Capability.TEXT, Capability.LOGPROBS, Capability.SAMPLING, Capability.HIDDEN_STATES}
+        ),
     )
-    Params: ClassVar[type[MethodParams]] = SeaKRParams
-    needs: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.TEXT, Capability.LOGPROBS, Capability.SAMPLING, Capability.HIDDEN_STATES}
-    )
-    unit = "sentence"
-    keep_rule = "draft"  # the re-ranking already wrote the step with the chosen passage
-    draft_logprobs = True
 
     params: SeaKRParams
     layer: int = 0
+
+    @property
+    def shape(self) -> Shape:
+        """Every new passage is read when re-ranking; only the first one without it."""
+        return self.SHAPE if self.params.rerank else replace(self.SHAPE, per_passage=1)
 
     def setup(self, parts: Any) -> None:
         if self.params.hidden_layer is not None:
@@ -192,96 +205,52 @@ class SeaKR(Method):
     def check(self, draft: Draft, question: str, ctx: RunContext) -> Check:
         p = self.params
         if has_answer(draft.text):
-            return Check(
-                fire=False,
-                keep=draft.text,
-                signals={"trigger": trigger_record("above", p.threshold, []), "answer": True},
-                reason="the step states the answer; SeaKR ends the reasoning there",
+            record = TriggerRecord.decide("eigen_score", "above", p.threshold, [], "step")
+            return Check.accept(
+                draft.text,
+                "the step states the answer; SeaKR ends the reasoning there",
+                {"answer": True},
+                record,
             )
         eig, samples = self._uncertainty(draft.prompt, question, draft.prefix, ctx, "draft")
-        trigger = trigger_record("above", p.threshold, [eig])
-        signals: dict[str, Any] = {
-            "trigger": trigger,
-            "eigen_score": trigger["scores"][0],
-            "layer": self.layer,
-            "samples": samples,
-        }
-        if trigger["fired_at"] is None:
-            return Check(
-                fire=False,
-                keep=draft.text,
-                signals=signals,
-                reason=f"EigenScore {trigger['scores'][0]:g} <= {p.threshold:g}",
-            )
-        nlp = load_spacy(ctx.parts.config.text.spacy_model)
-        query, words = self._query(draft, question, ctx, nlp)
+        record = TriggerRecord.decide("eigen_score", "above", p.threshold, [eig], "step")
+        recorded = record.scores[0]
+        signals: dict[str, Any] = {"eigen_score": recorded, "layer": self.layer, "samples": samples}
+        if not record.fired:
+            return Check.accept(draft.text, f"EigenScore {recorded:g} <= {p.threshold:g}", signals, record)
+        query, words = self._query(draft, question, ctx, ctx.parts.text.nlp())
         signals["query_words"] = words
         earlier = {q for s in ctx.trace.steps for q in s.queries}
         if query in earlier:
             signals["suppressed"] = "repeated query"
-            return Check(
-                fire=False,
-                keep=draft.text,
-                signals=signals,
-                stop=True,
-                reason=f"EigenScore {trigger['scores'][0]:g} > {p.threshold:g} but query '{query}' was already searched",
-            )
-        passages, refs = ctx.retrieve([query], p.top_k or ctx.parts.config.retriever.top_k)
-        have = {d.id for d in draft.docs}
-        fresh = [d for d in passages if d.id not in have]
-        if not fresh:  # SeaKR drops the step and stops; we keep it, having no final re-reading stage
-            return Check(
-                fire=True,
-                keep=draft.text,
-                queries=[query],
-                signals=signals,
-                passages=list(draft.docs),
-                refs=refs,
-                stop=True,
-                reason="the search found no passage that is not already in use",
-            )
-        chosen, step, reads = self._rerank(draft, question, fresh, ctx)
-        signals["reads"] = reads
-        signals["chosen"] = chosen.id
-        docs = list(draft.docs) + [chosen]
-        stop = len(docs) >= p.max_docs
-        return Check(
-            fire=True,
-            keep=step,
-            queries=[query],
-            signals=signals,
-            passages=docs,
-            refs=refs,
-            stop=stop,
-            reason=(
-                f"EigenScore {trigger['scores'][0]:g} > {p.threshold:g}; kept passage '{chosen.title}'"
-                + (f"; {len(docs)} passages reach max_docs" if stop else "")
-            ),
-        )
+            why = f"EigenScore {recorded:g} > {p.threshold:g} but query '{query}' was already searched"
+            check = Check.accept(draft.text, why, signals, record)
+            check.stop = True
+            return check
+        # The step is not trusted: the loop retrieves, writes it again with each new passage, and asks ``choose``.
+        return Check.retrieve("", [query], f"EigenScore {recorded:g} > {p.threshold:g}", signals, record)
 
-    def _rerank(
-        self, draft: Draft, question: str, fresh: list[Passage], ctx: RunContext
-    ) -> tuple[Passage, str, list[dict[str, Any]]]:
-        """Write the step with each new passage; keep the passage whose step is least uncertain."""
+    def regeneration_stop(self, ctx: RunContext) -> list[str]:
+        return self._stops(ctx)
+
+    def choose(
+        self, draft: Draft, check: Check, question: str, readings: list[Reading], ctx: RunContext
+    ) -> Choice:
+        """Keep the passage whose re-written step is least uncertain (self-aware re-ranking), with that step."""
         p = self.params
+        if not readings:  # SeaKR drops the step and stops; we keep it
+            why = "the search found no passage that is not already in use"
+            return Choice(None, draft.text, reason=why, stop=True)
         reads: list[dict[str, Any]] = []
         best: tuple[float, int] | None = None
         steps: list[str] = []
-        candidates = fresh if p.rerank else fresh[:1]
-        for i, doc in enumerate(candidates):
-            prompt = build_prompt(
-                question,
-                ctx.parts.exemplars,
-                ctx.parts.template,
-                list(draft.docs) + [doc],
-                prefix=draft.prefix,
-            )
-            greedy = ctx.generate(prompt, max_new_tokens=self.unit_tokens(ctx), stop=self._stops(ctx))[0]
-            step = self._step_of(greedy, ctx).strip()
+        for i, reading in enumerate(readings):
+            doc = reading.passage
+            step = self._step_of(reading.generation, ctx).strip()
             steps.append(step)
             rec: dict[str, Any] = {"id": doc.id, "title": doc.title, "step": step}
             if p.rerank:
-                eig, _ = self._uncertainty(prompt, question, draft.prefix, ctx, f"read-{doc.id}")
+                eig, _ = self._uncertainty(reading.prompt, question, draft.prefix, ctx, f"read-{doc.id}")
                 key = eig if step else math.inf
                 rec["eigen_score"] = score(eig)
             else:
@@ -290,4 +259,47 @@ class SeaKR(Method):
             if best is None or key < best[0]:
                 best = (key, i)
         assert best is not None
-        return candidates[best[1]], steps[best[1]], reads
+        chosen = readings[best[1]].passage
+        n_docs = len(draft.docs) + 1
+        stop = n_docs >= p.max_docs
+        return Choice(
+            best[1],
+            steps[best[1]],
+            signals={"reads": reads, "chosen": chosen.id},
+            reason=(
+                f"{check.reason}; kept passage '{chosen.title}'"
+                + (f"; {n_docs} passages reach max_docs" if stop else "")
+            ),
+            stop=stop,
+        )
+
+    # -- the final self-aware reasoning ----------------------------------------------------------------
+    def _answer(self, prompt: str, question: str, ctx: RunContext, tag: str) -> dict[str, Any]:
+        """A greedy answer continuing ``prompt`` and the EigenScore of sampled answers."""
+        stop = list(ctx.parts.config.generation.stop) + ["\n"]
+        gen = ctx.generate(prompt, max_new_tokens=self.params.answer_tokens, stop=stop)[0]
+        answer = self._step_of(gen, ctx).strip().rstrip(".").strip()
+        eig, samples = self._uncertainty(prompt, question, "", ctx, tag)
+        return {"answer": answer, "eigen_score": score(eig), "samples": samples}
+
+    def after(self, question: str, prediction: str, docs: list[Passage], ctx: RunContext) -> Final | None:
+        if not self.params.final_stage:
+            return None
+        parts = ctx.parts
+        sentences = parts.text.splitter.split(prediction)
+        chain = " ".join(s for s in sentences if not has_answer(s)) if sentences else ""
+
+        def prompt(prefix: str) -> str:
+            return build_prompt(question, parts.exemplars, parts.template, docs, prefix=prefix)
+
+        by_chain = self._answer(prompt(f"{chain} So the answer is".strip()), question, ctx, "final-chain")
+        direct = self._answer(prompt("So the answer is"), question, ctx, "final-passages")
+        candidates = [c for c in (by_chain, direct) if c["answer"]]
+        if not candidates:
+            return Final(prediction, {"chain": by_chain, "passages": direct}, "no final answer was written")
+        best = min(candidates, key=lambda c: c["eigen_score"])
+        kept = "chain" if best is by_chain else "passages"
+        final = f"{chain} So the answer is {best['answer']}.".strip()
+        why = f"the answer from the {kept} is the less uncertain (EigenScore {best['eigen_score']:g})"
+        signals = {"chain": by_chain, "passages": direct, "kept": kept, "stated": extract_answer(prediction)}
+        return Final(final, signals, why)

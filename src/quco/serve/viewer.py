@@ -129,10 +129,9 @@ function tokenLine(rec, threshold) {
   }));
 }
 
-function sentenceBlock(rec, index, signals) {
+function sentenceBlock(rec, index, signals, trigger) {
   const text = sentenceText(rec);
   const claims = rec.claims || [];
-  const trigger = signals.trigger || {};
   const fired = claims.some((c) => c.flagged) || (signals.flagged_sentence && text === signals.flagged_sentence)
     || (trigger.fired_at !== undefined && trigger.fired_at !== null && trigger.fired_at === index);
   const cls = "sentence" + (fired ? " fired" : "") + (rec.answer ? " answer-sentence" : "");
@@ -151,6 +150,7 @@ function sentenceBlock(rec, index, signals) {
 
 function stepCard(step) {
   const s = step.signals || {};
+  const trigger = (step.triggers || [])[0] || s.trigger || {};  // the step's first trigger record
   const card = $("section", { class: "card step", "data-decision": step.decision });
   const fired = step.decision === "retrieve";
   card.append($("h3", {}, `Step ${step.index} · ${step.stage === "before" ? "before generation" : "generation"}`,
@@ -160,7 +160,7 @@ function stepCard(step) {
   if (step.reason) card.append($("div", { class: "reason" }, step.reason));
   if (Array.isArray(s.sentences)) {
     card.append($("div", { class: "label" }, "Draft, sentence by sentence"));
-    s.sentences.forEach((rec, i) => card.append(sentenceBlock(rec, i, s)));
+    s.sentences.forEach((rec, i) => card.append(sentenceBlock(rec, i, s, trigger)));
     const checked = new Set(s.sentences.map(sentenceText));
     splitSentences(step.draft).filter((x) => !checked.has(x) && ![...checked].some((c) => c.includes(x) || x.includes(c)))
       .forEach((x) => card.append($("div", { class: "sentence unchecked" }, $("span", { class: "meta" }, "not checked: "), x)));
@@ -170,6 +170,9 @@ function stepCard(step) {
       $("div", { class: "sentence" + (fired && i === all.length - 1 ? " fired" : "") },
         fired && i === all.length - 1 ? $("span", { class: "marker" }, "▲ trigger fired") : null, x)));
   }
+  (step.triggers || []).forEach((r) => card.append($("div", { class: "meta" },
+    `${r.signal} per ${r.unit}: [${(r.scores || []).map((v) => v === null ? "–" : fmt(v)).join(", ")}] ${r.rule} `
+    + `${r.param} ${fmt(r.threshold)} → ${r.fired_at === null ? "no fire" : "fires at " + r.fired_at}`)));
   const table = signalTable(s, ["sentences", "flagged_sentence"]);
   if (table) card.append($("div", { class: "label" }, "Signals"), table);
   if ((step.queries || []).length) {

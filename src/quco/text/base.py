@@ -40,4 +40,9 @@ class EntityExtractor(Protocol):
 class TripletExtractor(Protocol):
     name: str
 
-    def triplets(self, sentence: str, llm: LLMCall | None = None) -> list[Triplet]: ...
+    def triplets(
+        self, sentence: str, llm: LLMCall | None = None, context: str | None = None
+    ) -> list[Triplet]:
+        """Claims of ``sentence``. ``context`` (the question and the text generated before the sentence)
+        lets an extractor name who "he", "the film" or "the actress" is; it may be ignored."""
+        ...

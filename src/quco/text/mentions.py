@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from spacy.tokens import Doc, Token
 
+from quco.text.lexicon import DEMONYM_PREFIXES, DEMONYMS, RANK_TITLES
 from quco.text.nlp import load_spacy
 
 # Labels whose spans are values (usable as a triplet tail, never as an entity to count on its own).
@@ -98,6 +100,23 @@ _YEAR_PREFIX = re.compile(r"^(?:the\s+)?(?:year|years)\s+(?=\d)", re.IGNORECASE)
 _PARENS = re.compile(r"\s*\([^()]*\)|\s*\[[^\[\]]*\]")
 _MAX_QUOTE_TOKENS = 12
 _MAX_GAP = 3
+# Particles inside personal and place names ("Cieli di Toscana", "Ludwig van Beethoven"): a gap of these
+# joins two name words even when NER calls them two entities.
+_NAME_PARTICLES = frozenset({"de", "del", "della", "da", "di", "du", "des", "van", "von", "der", "den", "y"})
+_VERSUS = frozenset({"v.", "vs.", "v", "vs"})  # "Korematsu v. United States" is one name (a court case)
+_ALTERNATIVES = frozenset({"or", "nor"})  # "The Ape Man or The Ape" is two names
+# Nouns that introduce a title ("the film Romance on the Run"): what follows is one name up to the first
+# lower-case content word, lower-case function words included.
+ROLE_CUES = frozenset(
+    {"film", "films", "movie", "movies", "album", "song", "novel", "book", "band", "magazine", "series",
+     "play", "opera", "documentary", "poem", "game", "show", "single"}
+)  # fmt: skip
+_TITLE_FUNCTION_WORDS = frozenset(
+    {"of", "on", "the", "a", "an", "and", "to", "for", "at", "by", "in", "with", "from", "de", "la", "le",
+     "'s", "’s", "'", "’", "-", "–", ":", "&"}
+)  # fmt: skip
+# Lower-case head nouns that belong to the name before them ("Koch family", "Distribution of Industry act").
+GENERIC_HEADS = frozenset({"family", "act", "relations", "dynasty", "clan"})
 
 
 @dataclass(frozen=True)
@@ -116,6 +135,8 @@ class Parsed:
     doc: Doc
     mentions: list[Mention]
     by_token: dict[int, Mention] = field(default_factory=dict)
+    # What the surrounding text says a pronoun or "the film" may stand for (quco.text.triplets.Context).
+    context: Any = None
 
     def at(self, i: int) -> Mention | None:
         return self.by_token.get(i)
@@ -250,6 +271,19 @@ def _find_mentions(doc: Doc, quoted: set[int]) -> list[Mention]:
 
     n = len(doc)
     name = [base_name(t) for t in doc]
+    # "No. 1455 Flight", "No. 10 Downing Street": a numbered name, when a capitalised word follows the number.
+    for t in doc:
+        if t.text not in ("No", "No.") or not _is_capitalized(t):
+            continue
+        k = t.i + 1 + (t.text == "No" and t.i + 1 < n and doc[t.i + 1].text == ".")
+        if (
+            k + 1 < n
+            and doc[k].like_num
+            and any(c.isdigit() for c in doc[k].text)
+            and _is_capitalized(doc[k + 1])
+        ):
+            for g in range(t.i, k + 1):
+                name[g] = True
     # Capitalised words next to a name belong to it ("Laughter In Hell", "The Mask Of Fu Manchu").
     changed = True
     while changed:
@@ -265,6 +299,10 @@ def _find_mentions(doc: Doc, quoted: set[int]) -> list[Mention]:
                 continue
             if (t.i > 0 and name[t.i - 1]) or (t.i + 1 < n and name[t.i + 1]):
                 name[t.i] = changed = True
+    runs = _title_runs(doc, quoted, ent_label)
+    for a, b in runs:
+        for g in range(a, b):
+            name[g] = True
     # Bridge short gaps of connectors between two name words, unless NER says they are two entities.
     i = 0
     while i < n:
@@ -277,7 +315,7 @@ def _find_mentions(doc: Doc, quoted: set[int]) -> list[Mention]:
         k = j
         while k < n and k - j < _MAX_GAP and not name[k] and _gap_word(doc[k], quoted, blocked):
             k += 1
-        if j < k < n and name[k] and not _separate_entities(doc, j - 1, k):
+        if j < k < n and name[k] and (not _separate_entities(doc, j - 1, k) or _joins_anyway(doc, i, j, k)):
             for g in range(j, k):
                 name[g] = True
             continue  # re-scan the now longer run from i
@@ -324,7 +362,93 @@ def _find_mentions(doc: Doc, quoted: set[int]) -> list[Mention]:
     for t in doc:
         if t.i not in ent_label and not name[t.i] and t.pos_ == "NUM" and any(c.isdigit() for c in t.text):
             spans.append((t.i, t.i + 1, "value"))
-    return _resolve(doc, spans, ent_label)
+    cut_runs = [(a, b) for a, b in runs if a > 0 and doc[a - 1].lower_ in ROLE_CUES]
+    return _resolve(doc, spans, ent_label, runs, cut_runs)
+
+
+def _title_run(doc: Doc, start: int, quoted: set[int], with_and: bool = True) -> int:
+    """End of a title starting at ``start``: capitalised words and numbers, and lower-case function words
+    followed by another capitalised word; it ends at "or", a lower-case content word or punctuation."""
+
+    def strong(tok: Token, after_gap: bool) -> bool:
+        if tok.i in quoted or (_is_capitalized(tok) and tok.lower_ not in WH_WORDS):
+            return True
+        return not after_gap and tok.text[:1].isdigit()
+
+    words = _TITLE_FUNCTION_WORDS if with_and else _TITLE_FUNCTION_WORDS - {"and", "&"}
+    n = len(doc)
+    end = i = start
+    after_gap = False
+    while i < n:
+        tok = doc[i]
+        if strong(tok, after_gap):
+            i += 1
+            end = i
+            after_gap = False
+            continue
+        glued = i > 0 and doc[i - 1].whitespace_ == "" and tok.text in ("'s", "’s", "'", "’", "-", "–")
+        if i > start and (tok.lower_ in words or glued):
+            j = i
+            while j < n and j - i < 3 and (doc[j].lower_ in words or doc[j].text in ("'", "’")):
+                j += 1
+            if j < n and strong(doc[j], True):
+                i = j
+                after_gap = True
+                continue
+        break
+    return end
+
+
+def _title_runs(doc: Doc, quoted: set[int], ent_label: dict[int, str]) -> list[tuple[int, int]]:
+    """Titles whose lower-case words the name rules would drop: after a role noun ("the film Romance on
+    the Run"), after "of" ("the director of Chased by the Dogs"), and at the start of a sentence
+    ("Battle in Seattle was directed by ..."). The last two need a function word inside and no person or
+    place at the start, so that "Gus Meins in Frankfurt" stays a name and a place."""
+    runs: list[tuple[int, int]] = []
+    cued: list[tuple[int, int]] = []  # after a role noun: a title whatever its words
+    n = len(doc)
+    for t in doc:
+        if t.i + 1 >= n:
+            break
+        nxt = doc[t.i + 1]
+        if t.lower_ in ROLE_CUES and t.pos_ == "NOUN":
+            if nxt.i in quoted or _is_capitalized(nxt) or nxt.text[:1].isdigit():
+                plural = t.lower_.endswith("s") and t.lower_ != "series"
+                end = _title_run(doc, t.i + 1, quoted, with_and=not plural)
+                cued.append((t.i + 1, end))
+                # "films A and B": the second title follows the "and".
+                if plural and end + 1 < n and doc[end].lower_ == "and" and _is_capitalized(doc[end + 1]):
+                    cued.append((end + 1, _title_run(doc, end + 1, quoted, with_and=False)))
+        elif t.lower_ == "of" and _is_capitalized(nxt):
+            runs.append((t.i + 1, _title_run(doc, t.i + 1, quoted, with_and=False)))
+    for sent in doc.sents:
+        first = next((t for t in sent if not (t.is_punct or t.pos_ in ("ADV", "CCONJ", "SCONJ"))), None)
+        if (
+            first is not None
+            and _is_capitalized(first)
+            and first.lower_ not in _NOT_TITLE_STARTS
+            and first.lower_ not in WH_WORDS
+            and first.pos_ not in ("AUX", "PRON", "PART", "INTJ", "SCONJ")
+        ):
+            runs.append((first.i, _title_run(doc, first.i, quoted, with_and=False)))
+    out = []
+    for a, b in runs:
+        inner = doc[a:b]
+        if b - a < 2 or ent_label.get(a, "") in ("PERSON", "GPE", "NORP", "LOC"):
+            continue
+        if any(ent_label.get(t.i, "") in _HARD_VALUE_LABELS - {"DATE"} for t in inner):
+            continue
+        if not any(t.lower_ in _TITLE_FUNCTION_WORDS and t.is_lower for t in inner):
+            continue  # nothing the ordinary name rules would miss
+        out.append((a, b))
+    return sorted(set(out) | {(a, b) for a, b in cued if b > a})
+
+
+_NOT_TITLE_STARTS = frozenset(
+    {"in", "on", "at", "by", "for", "from", "after", "before", "during", "since", "as", "the", "a", "an",
+     "both", "he", "she", "it", "they", "his", "her", "its", "their", "this", "that", "these", "those", "so",
+     "thus", "therefore", "hence", "however", "although", "while", "when", "if", "there", "yes", "no"}
+)  # fmt: skip
 
 
 def _attachable_number(tok: Token, ent_label: dict[int, str], quoted: set[int]) -> bool:
@@ -336,7 +460,26 @@ def _attachable_number(tok: Token, ent_label: dict[int, str], quoted: set[int]) 
 def _gap_word(tok: Token, quoted: set[int], blocked) -> bool:
     if tok.i in quoted or blocked(tok):
         return False
-    return tok.lower_ in NAME_CONNECTORS or tok.text in _JOINERS or _is_capitalized(tok) or tok.like_num
+    return (
+        tok.lower_ in NAME_CONNECTORS
+        or tok.lower_ in _VERSUS
+        or tok.text in _JOINERS
+        or _is_capitalized(tok)
+        or tok.like_num
+    )
+
+
+def _joins_anyway(doc: Doc, start: int, j: int, k: int) -> bool:
+    """Gaps that join two entities NER keeps apart: a case name ("A v. B"), a name particle ("Cieli di
+    Toscana"), or "of" after a single given name ("Jobst of Limburg", "Amalia of Cleves")."""
+    gap = [t.lower_ for t in doc[j:k]]
+    if len(gap) == 1 and gap[0] in _VERSUS:
+        return True
+    if len(gap) == 1 and gap[0] in _NAME_PARTICLES:
+        return True
+    return (
+        gap == ["of"] and j - start == 1 and doc[start].pos_ == "PROPN" and not _sentence_initial(doc[start])
+    )
 
 
 def _separate_entities(doc: Doc, left: int, right: int) -> bool:
@@ -346,7 +489,13 @@ def _separate_entities(doc: Doc, left: int, right: int) -> bool:
     return a is not None and b is not None and a != b
 
 
-def _resolve(doc: Doc, spans: list[tuple[int, int, str]], ent_label: dict[int, str]) -> list[Mention]:
+def _resolve(
+    doc: Doc,
+    spans: list[tuple[int, int, str]],
+    ent_label: dict[int, str],
+    runs: list[tuple[int, int]] = (),
+    cut_runs: list[tuple[int, int]] = (),
+) -> list[Mention]:
     """Union overlapping name spans (name wins over value), trim determiners/possessives, build texts."""
     names = sorted((s, e) for s, e, k in spans if k == "name")
     merged: list[list[int]] = []
@@ -355,12 +504,23 @@ def _resolve(doc: Doc, spans: list[tuple[int, int, str]], ent_label: dict[int, s
             merged[-1][1] = max(merged[-1][1], e)
         else:
             merged.append([s, e])
+    merged = [piece for s, e in merged for piece in _split_alternatives(doc, s, e)]
+    merged = [piece for s, e in merged for piece in _split_at_runs(s, e, cut_runs)]
+    merged = [(s, e) for s, e in merged if any(_is_capitalized(t) or t.like_num for t in doc[s:e])]
+    starts = {a for a, _ in runs}
     taken = set()
     out: list[Mention] = []
     for s, e in merged:
-        s, e = _trim(doc, s, e)
+        if s in starts:  # a title run keeps its first word ("Through a Glass Darkly")
+            e = _trim(doc, s + 1, e)[1] if e - s > 1 else e
+        else:
+            s, e = _trim(doc, s, e)
+        s, e = _trim_descriptors(doc, s, e)
         if s >= e:
             continue
+        root = next((t for t in doc[s:e] if not s <= t.head.i < e or t.head.i == t.i), doc[e - 1])
+        if e < len(doc) and doc[e].lower_ in GENERIC_HEADS and root.head.i == e and e not in taken:
+            e += 1  # "the Koch family": the family is what is named
         taken.update(range(s, e))
         label = next((ent_label[i] for i in range(s, e) if i in ent_label), "")
         out.append(Mention(s, e, _span_text(doc, s, e), "name", label))
@@ -373,8 +533,100 @@ def _resolve(doc: Doc, spans: list[tuple[int, int, str]], ent_label: dict[int, s
         taken.update(range(s, e))
         text = _YEAR_PREFIX.sub("", _span_text(doc, s, e))  # "the year 1995" is counted as "1995"
         out.append(Mention(s, e, text, "value", ent_label.get(s, "")))
+    out = _join_styled_names(doc, out)
+    taken = {i for m in out for i in range(m.start, m.end)}
+    # Nationalities the NER missed or folded into a name are values ("Ethel Houbiers French").
+    for t in doc:
+        if t.i not in taken and t.lower_ in DEMONYMS and _is_capitalized(t):
+            s = (
+                t.i - 1
+                if t.i > 0 and doc[t.i - 1].lower_ in DEMONYM_PREFIXES and t.i - 1 not in taken
+                else t.i
+            )
+            taken.update(range(s, t.i + 1))
+            out.append(Mention(s, t.i + 1, doc[s : t.i + 1].text, "value", "NORP"))
     out.sort(key=lambda m: m.start)
     return out
+
+
+_STYLE_TITLES = frozenset(
+    {"prince", "princess", "duke", "duchess", "king", "queen", "count", "countess", "earl", "margrave",
+     "landgrave", "elector", "archduke", "archduchess", "grand", "lord", "baron", "baroness", "viscount",
+     "marquess", "emperor", "empress", "bishop", "abbot", "sultan", "khan", "shah"}
+)  # fmt: skip
+
+
+def _join_styled_names(doc: Doc, mentions: list[Mention]) -> list[Mention]:
+    """ "Karl Frederick, Prince of Anhalt-Bernburg" is one name: a name, a comma, and a title "of" a place."""
+    names = sorted((m for m in mentions if m.kind == "name"), key=lambda m: m.start)
+    out = [m for m in mentions if m.kind != "name"]
+    i = 0
+    while i < len(names):
+        m = names[i]
+        if i + 1 < len(names):
+            nxt = names[i + 1]
+            words = [t.lower_ for t in doc[nxt.start : nxt.end]]
+            if (
+                nxt.start == m.end + 1
+                and doc[m.end].text == ","
+                and words[0] in _STYLE_TITLES
+                and "of" in words[1:3]
+            ):
+                out.append(Mention(m.start, nxt.end, _span_text(doc, m.start, nxt.end), "name", m.label))
+                i += 2
+                continue
+        out.append(m)
+        i += 1
+    return sorted(out, key=lambda m: m.start)
+
+
+def _split_at_runs(s: int, e: int, runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Cut a merged name span where a title run begins or ends ("films The Brink's Job and They ...")."""
+    cuts = sorted({p for a, b in runs for p in (a, b) if s < p < e})
+    bounds = [s, *cuts, e]
+    return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if a < b]
+
+
+def _split_alternatives(doc: Doc, s: int, e: int) -> list[tuple[int, int]]:
+    """Cut a name span at "or" ("The Ape Man or The Ape" names two films)."""
+    pieces = []
+    start = s
+    for i in range(s, e):
+        if doc[i].lower_ in _ALTERNATIVES and doc[i].pos_ == "CCONJ" and start < i < e - 1:
+            pieces.append((start, i))
+            start = i + 1
+    pieces.append((start, e))
+    return [(a, b) for a, b in pieces if a < b]
+
+
+def _is_demonym(doc: Doc, i: int) -> bool:
+    return doc[i].lower_ in DEMONYMS or (
+        doc[i].lower_ in DEMONYM_PREFIXES and i + 1 < len(doc) and doc[i + 1].lower_ in DEMONYMS
+    )
+
+
+def _trim_descriptors(doc: Doc, s: int, e: int) -> tuple[int, int]:
+    """Drop nationalities at either end of a name, and a leading rank or office when a full name of two
+    or more words follows ("Prussian General Carl von Clausewitz" -> "Carl von Clausewitz")."""
+    # A leading nationality goes only before a rank or a person ("Prussian General ..."), not from an
+    # organisation's name ("British Army", "American Continental Army").
+    while (
+        s < e
+        and _is_demonym(doc, s)
+        and e - s > 1
+        and (
+            doc[s + 1].lower_.rstrip(".") in RANK_TITLES
+            or (doc[s].pos_ == "ADJ" and doc[e - 1].ent_type_ == "PERSON")
+        )
+    ):
+        s += 1
+    while e > s and _is_demonym(doc, e - 1) and e - s > 1:
+        e -= 1
+    while s < e and doc[s].lower_.rstrip(".") in RANK_TITLES and e - s >= 3:
+        s += 1
+    if s < e and all(_is_demonym(doc, i) for i in range(s, e)):
+        return s, s  # only a nationality: a value, not a name
+    return s, e
 
 
 def _trim(doc: Doc, s: int, e: int) -> tuple[int, int]:
@@ -388,7 +640,8 @@ def _trim(doc: Doc, s: int, e: int) -> tuple[int, int]:
     ):
         s += 1
     while e > s and (
-        doc[e - 1].tag_ == "POS"
+        (doc[e - 1].is_alpha and doc[e - 1].is_lower and doc[e - 1].pos_ in ("VERB", "AUX"))
+        or doc[e - 1].tag_ == "POS"
         or doc[e - 1].text in ("'s", "'", "’s", "’")
         or doc[e - 1].is_punct
         or doc[e - 1].lower_ in NAME_CONNECTORS
@@ -413,5 +666,7 @@ def _span_text(doc: Doc, s: int, e: int) -> str:
     for q in _QUOTES:
         text = text.replace(q, "")
     text = text.strip(" ,;:")
+    if e == len(doc) and text.endswith(".") and not text.endswith(".."):
+        text = text[:-1]  # "World War I." at the end of the sentence: the period ends the sentence
     # A title that ended with its own period before the sentence period ("The Operation M.D..").
     return re.sub(r"\.\.+$", ".", text)

@@ -14,7 +14,6 @@ import re
 log = logging.getLogger(__name__)
 
 _INNER_LIST = re.compile(r"\[([^\[\]]*)\]")
-_DOUBLE_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _SINGLE_SEP = re.compile(r"'\s*,\s*'")
 _FANCY = str.maketrans({"“": '"', "”": '"', "„": '"', "‘": "'", "’": "'"})
 
@@ -157,9 +156,39 @@ def _split_items(content: str) -> list[str]:
     if not content:
         return []
     if '"' in content:
-        items = [s.replace('\\"', '"') for s in _DOUBLE_QUOTED.findall(content)]
+        items = _scan_items(content)
     elif content.startswith("'"):
         items = _SINGLE_SEP.split(content.strip().strip("'"))
     else:
         items = content.split(",")
     return _clean_items(items)
+
+
+def _scan_items(content: str) -> list[str]:
+    """Comma-separated items, each quoted or not; a quote that closes an unquoted item is dropped.
+    Small models often lose an opening quote: 'Greyia, "genus of", "plants"' or 'Updike", "wrote", "X"'."""
+    items: list[str] = []
+    buf: list[str] = []
+    in_quote = escaped = False
+    for ch in content:
+        if in_quote:
+            if escaped:
+                buf.append(ch)
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_quote = False
+            else:
+                buf.append(ch)
+        elif ch == '"':
+            if not "".join(buf).strip():
+                buf = []
+                in_quote = True  # an opening quote; a quote after unquoted text only closes it
+        elif ch == ",":
+            items.append("".join(buf))
+            buf = []
+        else:
+            buf.append(ch)
+    items.append("".join(buf))
+    return [item.strip() for item in items if item.strip()]

@@ -8,16 +8,47 @@ fine-tuned for it, or the published prompt file loaded with ``load_external_prom
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from quco.errors import ConfigError
 
 PLACEHOLDER = "{sentence}"
+CONTEXT_SLOT = "{context}"
+CONTEXT_LABEL = "Earlier text"
 
 # Keys of the published QuCo-RAG prompt file (src/prompt_templates.json).
 QUCO_ENTITY_KEY = "entity_extraction_prompt_for_question"
 QUCO_TRIPLET_KEY = "entity_extraction_prompt"
+
+
+@dataclass(frozen=True)
+class FewShot:
+    """An instruction and worked examples, rendered as chat turns."""
+
+    instruction: str
+    examples: tuple[tuple[str | tuple[str, str], str], ...]  # (input or (earlier text, input), reply)
+    request: str  # the user's words before the quoted input, e.g. "Names in this question"
+
+    def _user(self, text: str | tuple[str, str]) -> str:
+        earlier = ""
+        if isinstance(text, tuple):
+            earlier, text = text
+        ask = f'{self.request}: "{text}"'
+        if earlier and earlier.strip():
+            return f'{CONTEXT_LABEL}: "{" ".join(earlier.split())}"\n{ask}'
+        return ask
+
+    def messages(self, text: str, context: str | None = None) -> list[dict[str, str]]:
+        turns = [{"role": "system", "content": self.instruction}]
+        for example, reply in self.examples:
+            turns += [
+                {"role": "user", "content": self._user(example)},
+                {"role": "assistant", "content": reply},
+            ]
+        turns.append({"role": "user", "content": self._user((context or "", text))})
+        return turns
 
 
 @dataclass(frozen=True)
@@ -28,12 +59,28 @@ class ExtractorPrompts:
     triplets: str
     placeholder: str = PLACEHOLDER
     source: str = "builtin"
+    # The same prompts as chat turns (instruction as the system turn, each example as a user turn and
+    # the model's reply), for chat models; None: the flat template goes in as one user turn.
+    entity_turns: FewShot | None = None
+    triplet_turns: FewShot | None = None
 
     def render_entities(self, question: str) -> str:
         return self._fill(self.entities, question)
 
-    def render_triplets(self, sentence: str) -> str:
-        return self._fill(self.triplets, sentence)
+    def entity_messages(self, question: str) -> list[dict[str, str]] | None:
+        return self.entity_turns.messages(question) if self.entity_turns else None
+
+    def triplet_messages(self, sentence: str, context: str | None = None) -> list[dict[str, str]] | None:
+        return self.triplet_turns.messages(sentence, context) if self.triplet_turns else None
+
+    def render_triplets(self, sentence: str, context: str | None = None) -> str:
+        """The triplet prompt; a template with a ``{context}`` line shows the text before the sentence
+        there (so the model can name who "he" is), and drops the line when there is none."""
+        template = self.triplets
+        if CONTEXT_SLOT in template:
+            line = f"{CONTEXT_LABEL}: {' '.join(context.split())}\n" if context and context.strip() else ""
+            template = template.replace(CONTEXT_SLOT + "\n", line)
+        return self._fill(template, sentence)
 
     def _fill(self, template: str, text: str) -> str:
         # The slot is the last one: an instruction may quote the placeholder, the task comes at the end.
@@ -42,11 +89,14 @@ class ExtractorPrompts:
 
 
 ENTITY_INSTRUCTION = (
-    "List the named things a question asks about: people, places, organisations, works (films, books, "
-    "songs, albums) and events, written exactly as in the question. Leave out question words, dates, "
-    "numbers and ordinary nouns. Answer with a JSON list of one-element lists, in the order of the question, "
-    "or [] when the question names nothing."
+    "Task: copy out the names a question mentions, so that each can be looked up. Names are people, "
+    "places, organisations, works (films, books, songs, albums, magazines), events and other proper names, "
+    "written exactly as in the question. Leave out question words, dates, numbers, nationalities and "
+    "ordinary nouns. Do not answer the question. Reply with a JSON list of one-element lists in the order "
+    "of the question, or [] when the question names nothing."
 )
+ENTITY_TASK = "Now the question to read. Copy its names; do not answer it."
+ENTITY_REQUEST = "Copy the names from this question (do not answer it)"
 
 ENTITY_EXAMPLES: list[tuple[str, list[list[str]]]] = [
     (
@@ -66,15 +116,20 @@ ENTITY_EXAMPLES: list[tuple[str, list[list[str]]]] = [
 ]
 
 TRIPLET_INSTRUCTION = (
-    "Write the facts a sentence states as a JSON list.\n"
-    "- A statement gives one [head, relation, tail] per fact. Head and tail are names, titles, dates or "
-    "numbers copied from the sentence (never pronouns); the relation is a few words.\n"
+    "Task: write the facts a sentence states as a JSON list, so that each can be checked.\n"
+    "- A statement gives one [head, relation, tail] per fact. Head and tail are names, titles, dates, "
+    'numbers or nationalities copied from the sentence; the relation is a few words, such as "directed by" '
+    'or "born in".\n'
+    '- Never use a pronoun or a description ("he", "it", "the film") as head or tail: use the name '
+    "it stands for, from the earlier text when it is given.\n"
     "- A question gives one [entity, relation] per named thing it asks about, since the answer is unknown.\n"
-    "- A sentence that states no fact between named things (a conclusion, a comparison, the final answer) "
+    "- A sentence that states no fact about a named thing (a conclusion, a comparison, the final answer) "
     "gives []."
 )
+TRIPLET_TASK = "Now the sentence to read. Reply with its JSON list only."
+TRIPLET_REQUEST = "Facts stated by this sentence alone"
 
-TRIPLET_EXAMPLES: list[tuple[str, list[list[str]]]] = [
+TRIPLET_EXAMPLES: list[tuple[str | tuple[str, str], list[list[str]]]] = [
     (
         "Which film came out earlier, Nosferatu or The Cabinet of Dr. Caligari?",
         [["Nosferatu", "release date"], ["The Cabinet of Dr. Caligari", "release date"]],
@@ -111,22 +166,53 @@ TRIPLET_EXAMPLES: list[tuple[str, list[list[str]]]] = [
         [["Queen", "lead singer", "Freddie Mercury"], ["Freddie Mercury", "played", "piano"]],
     ),
     ("So the answer is Bielefeld.", []),
+    (
+        ("The Eiffel Tower was designed by the company of Gustave Eiffel.", "He was born in Dijon."),
+        [["Gustave Eiffel", "born in", "Dijon"]],
+    ),
+    (
+        ("Who directed the film Wild Strawberries?", "The film was released in 1957."),
+        [["Wild Strawberries", "released in", "1957"]],
+    ),
 ]
 
 
-def _few_shot(instruction: str, examples: list[tuple[str, list[list[str]]]], label: str, out: str) -> str:
-    parts = [instruction, ""]
+def _few_shot(
+    instruction: str,
+    examples: list[tuple[str | tuple[str, str], list[list[str]]]],
+    label: str,
+    out: str,
+    task: str,
+    context: bool = False,
+) -> str:
+    parts = [instruction, "", "Examples:", ""]
     for text, tuples in examples:
+        if isinstance(text, tuple):  # (earlier text, sentence)
+            parts.append(f"{CONTEXT_LABEL}: {text[0]}")
+            text = text[1]
         parts += [f"{label}: {text}", f"{out}: {json.dumps(tuples, ensure_ascii=False)}", ""]
+    parts += [task, ""]
+    if context:
+        parts.append(CONTEXT_SLOT)
     parts += [f"{label}: {PLACEHOLDER}", f"{out}:"]
     return "\n".join(parts)
+
+
+def _turns(instruction: str, examples: list, request: str) -> FewShot:
+    return FewShot(
+        instruction, tuple((text, json.dumps(t, ensure_ascii=False)) for text, t in examples), request
+    )
 
 
 def builtin_prompts() -> ExtractorPrompts:
     """Our own few-shot prompts (the default of the LLM extractors)."""
     return ExtractorPrompts(
-        entities=_few_shot(ENTITY_INSTRUCTION, ENTITY_EXAMPLES, "Question", "Entities"),
-        triplets=_few_shot(TRIPLET_INSTRUCTION, TRIPLET_EXAMPLES, "Sentence", "Facts"),
+        entity_turns=_turns(ENTITY_INSTRUCTION, ENTITY_EXAMPLES, ENTITY_REQUEST),
+        triplet_turns=_turns(TRIPLET_INSTRUCTION, TRIPLET_EXAMPLES, TRIPLET_REQUEST),
+        entities=_few_shot(ENTITY_INSTRUCTION, ENTITY_EXAMPLES, "Question", "Entities", ENTITY_TASK),
+        triplets=_few_shot(
+            TRIPLET_INSTRUCTION, TRIPLET_EXAMPLES, "Sentence", "Facts", TRIPLET_TASK, context=True
+        ),
     )
 
 
@@ -163,3 +249,33 @@ def load_external_prompts(
     return ExtractorPrompts(
         entities=templates[0], triplets=templates[1], placeholder=placeholder, source=str(p)
     )
+
+
+class PromptedExtractor:
+    """What the LLM extractors share: their prompts, output budget, and how a prompt reaches the model.
+
+    ``chat`` wraps the few-shot prompt in the model's chat template (``quco.llm.chat.ChatFormat``), as the
+    published extractor does; None sends it as raw text.
+    """
+
+    name = "llm"
+
+    def __init__(
+        self,
+        prompts: ExtractorPrompts | None = None,
+        max_new_tokens: int = 256,
+        chat: Callable[[str], str] | None = None,
+    ) -> None:
+        self.prompts = prompts or builtin_prompts()
+        self.max_new_tokens = max_new_tokens
+        self.chat = chat
+
+    def _wrap(self, raw: str, messages: list[dict[str, str]] | None) -> str:
+        """``raw`` as the model sees it: as is without ``chat``; otherwise our examples as conversation turns
+        where the prompts have them (``messages``), else ``raw`` as one user turn, as published."""
+        if self.chat is None:
+            return raw
+        render = getattr(self.chat, "render_messages", None)
+        if messages is not None and render is not None:
+            return render(messages)
+        return self.chat(raw)

@@ -15,9 +15,16 @@ from dataclasses import dataclass
 from spacy.tokens import Token
 
 from quco.text.base import LLMCall, Triplet
-from quco.text.mentions import WH_WORDS, Mention, Parsed, parse
+from quco.text.lexicon import (
+    DEMONYMS,
+    PERSON_NOUNS,
+    PERSON_PRONOUNS,
+    THING_NOUNS,
+    THING_PRONOUNS,
+)
+from quco.text.mentions import ROLE_CUES, WH_WORDS, Mention, Parsed, parse
 from quco.text.parsing import parse_tuples
-from quco.text.prompts import ExtractorPrompts, builtin_prompts
+from quco.text.prompts import PromptedExtractor
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +52,104 @@ def is_question(sentence: str) -> bool:
 
 
 @dataclass(frozen=True)
+class Antecedent:
+    """A name that a later pronoun or descriptive noun may stand for; ``person`` is None when unknown."""
+
+    text: str
+    person: bool | None
+
+
+_THING_LABELS = frozenset({"WORK_OF_ART", "ORG", "GPE", "LOC", "FAC", "EVENT", "PRODUCT", "LAW"})
+
+
+@dataclass
+class Context:
+    """Names of the text before a sentence, most likely antecedent first, and for descriptive nouns the
+    name the text attached to them ("a book about the Koch family": book -> Koch family)."""
+
+    antecedents: list[Antecedent]
+    nouns: dict[str, str]
+
+
+def read_context(context: str, model: str = "auto") -> Context:
+    """The last sentence's names come before the earlier ones, and in each sentence its subject before
+    its other names (a later "he" usually continues the subject)."""
+    parsed = parse(context, model)
+    doc = parsed.doc
+    out: list[Antecedent] = []
+    for sent in reversed(list(doc.sents)):
+        names = [m for m in parsed.mentions if m.kind == "name" and sent.start <= m.start < sent.end]
+        subjects = [m for m in names if _root(parsed, m).dep_ in ("nsubj", "nsubjpass")]
+        for m in subjects + [m for m in names if m not in subjects]:
+            out.append(Antecedent(m.text, _personhood(parsed, m)))
+    nouns: dict[str, str] = {}
+    for tok in doc:
+        word = tok.lower_
+        if tok.pos_ != "NOUN" or word not in PERSON_NOUNS | THING_NOUNS or parsed.at(tok.i) is not None:
+            continue
+        linked = [parsed.at(c.i) for c in tok.children if c.dep_ in ("appos", "compound", "nmod")]
+        if word in THING_NOUNS:  # "a book about X", "the film called X"; a director "of X" is not X
+            for c in tok.children:
+                if c.dep_ in ("prep", "acl") and c.lower_ in ("about", "of", "called", "named", "titled"):
+                    linked += [parsed.at(p.i) for p in c.subtree if p.dep_ in ("pobj", "oprd", "dobj")]
+        if word in THING_NOUNS and tok.i + 1 < len(doc) and parsed.at(tok.i + 1) is not None:
+            linked.append(parsed.at(tok.i + 1))  # "the film Bugsy"
+        name = next((m for m in linked if m is not None and m.kind == "name"), None)
+        if name is not None:
+            nouns[word] = name.text
+    return Context(out, nouns)
+
+
+def antecedents(context: str, model: str = "auto") -> list[Antecedent]:
+    """Names of the context, most likely antecedent first (see ``read_context``)."""
+    return read_context(context, model).antecedents
+
+
+def _personhood(parsed: Parsed, m: Mention) -> bool | None:
+    doc = parsed.doc
+    if m.start > 0 and doc[m.start - 1].lower_ in ROLE_CUES:
+        return False  # "the film X"
+    if m.label == "PERSON":
+        return True
+    if m.label in _THING_LABELS:
+        return False
+    return None
+
+
+def _antecedent_for(parsed: Parsed, person: bool | None) -> Mention | None:
+    """The first antecedent compatible with the wanted kind (a person, a thing, or either)."""
+    pool = parsed.context.antecedents if parsed.context is not None else []
+    for strict in (True, False):
+        for a in pool:
+            if person is None or a.person is person or (not strict and a.person is None):
+                return Mention(-1, -1, a.text, "name", "PERSON" if a.person else "")
+    return None
+
+
+def _stand_in(parsed: Parsed, tok: Token) -> Mention | None:
+    """The name a pronoun ("she", "its") or a definite descriptive noun ("the film", "the Duchess")
+    stands for, from the context; None when there is no context or no compatible name."""
+    if parsed.context is None:
+        return None
+    word = tok.lower_
+    if tok.pos_ == "PRON":
+        if word in PERSON_PRONOUNS:
+            return _antecedent_for(parsed, True)
+        if word in THING_PRONOUNS:
+            return _antecedent_for(parsed, False)
+        return None
+    if not any(c.dep_ == "det" and c.lower_ in ("the", "this", "that") for c in tok.children):
+        return None
+    if word in parsed.context.nouns:  # the question's "book about the Koch family" is "the book"
+        return Mention(-1, -1, parsed.context.nouns[word], "name", "")
+    if word in PERSON_NOUNS:
+        return _antecedent_for(parsed, True)
+    if word in THING_NOUNS:
+        return _antecedent_for(parsed, False)
+    return None
+
+
+@dataclass(frozen=True)
 class _Head:
     mention: Mention
     noun: str | None  # "nationality" in "X's nationality is Y": the relation, not a verb
@@ -58,12 +163,18 @@ class RuleTripletExtractor:
     def __init__(self, model: str = "auto") -> None:
         self.model = model
 
-    def triplets(self, sentence: str, llm: LLMCall | None = None) -> list[Triplet]:
+    def triplets(
+        self, sentence: str, llm: LLMCall | None = None, context: str | None = None
+    ) -> list[Triplet]:
+        """Claims of one sentence; with ``context`` (the question and the text before the sentence) a
+        pronoun or descriptive subject ("She", "The film") becomes the name it stands for."""
         if not sentence or not sentence.strip():
             return []
         parsed = parse(sentence, self.model)
         if is_question(sentence):
             return _dedupe(question_tuples(parsed))
+        if context and context.strip():
+            parsed.context = read_context(context, self.model)
         return _dedupe(_declarative(parsed))
 
 
@@ -144,7 +255,8 @@ def _declarative(parsed: Parsed) -> list[Triplet]:
         return []
     owner: dict[int, Token] = {}  # mention start -> predicate that governs it
     out: list[Triplet] = []
-    for m in parsed.mentions:
+    mentions = [_count_phrase(parsed, m) or m for m in parsed.mentions]
+    for m in mentions:
         pred = _governing_predicate(_root(parsed, m), predicates)
         if pred is not None:
             owner[m.start] = pred
@@ -163,7 +275,7 @@ def _declarative(parsed: Parsed) -> list[Triplet]:
             head = found[1] if subj.i == subject.i else _resolve_head(parsed, subj, pred)
             if head is None:
                 continue
-            for m in parsed.mentions:
+            for m in mentions:
                 if m is head.mention or m.start in subject_tokens:
                     continue
                 if (owner[m.start].i if m.start in owner else -1) != pred.i:
@@ -177,6 +289,26 @@ def _declarative(parsed: Parsed) -> list[Triplet]:
     out.extend(_participle_triplets(parsed, predicates))
     out.extend(_apposition_triplets(parsed))
     return out
+
+
+def _count_phrase(parsed: Parsed, m: Mention) -> Mention | None:
+    """ "published 16 bestselling novels": a written number counting the object is a claim; the tail is
+    the whole count ("16 bestselling novels"), which a corpus can check together with the head."""
+    doc = parsed.doc
+    if (
+        m.kind != "value"
+        or m.label not in ("CARDINAL", "QUANTITY", "")
+        or not any(c.isdigit() for c in m.text)
+    ):
+        return None
+    root = _root(parsed, m)
+    noun = root.head
+    if root.dep_ != "nummod" or noun.pos_ != "NOUN" or noun.i < m.end or parsed.at(noun.i) is not None:
+        return None
+    if noun.dep_ not in ("dobj", "pobj", "attr", "npadvmod"):
+        return None
+    end = noun.i + 1
+    return Mention(m.start, end, doc[m.start : end].text, "value", "COUNT")
 
 
 def _apposition_triplets(parsed: Parsed) -> list[Triplet]:
@@ -259,12 +391,33 @@ def _subjects(pred: Token) -> list[Token]:
 def _resolve_head(parsed: Parsed, subject: Token, pred: Token) -> _Head | None:
     inside = parsed.at(subject.i)
     if inside is not None and inside.kind == "name":  # a title may end in a pronoun ("... Gavest Me")
+        if inside.end - inside.start == 1 and subject.lower_ in PERSON_NOUNS | THING_NOUNS:
+            stand_in = _stand_in(parsed, subject)  # "The Duchess was born ...": a role, not a name
+            if stand_in is not None:
+                return _Head(stand_in, None)
         return _Head(inside, None)
     if subject.lower_ in _RELATIVE_PRONOUNS and subject.head.dep_ == "relcl":
-        return _name_of(parsed, subject.head.head, search=False)  # also for verbs conjoined to the clause
+        noun = subject.head.head
+        found = _name_of(parsed, noun, search=False)  # also for verbs conjoined to the clause
+        if found is None and noun.dep_ in ("attr", "conj") and parsed.at(noun.i) is None:
+            # "X was an actor who was involved in ...": the clause is about X, the copula's subject
+            cop = noun.head
+            while cop.dep_ == "conj" and cop.head.i != cop.i:
+                cop = cop.head
+            if cop.lemma_ == "be":
+                subj = next((c for c in cop.children if c.dep_ in _SUBJECT_DEPS), None)
+                if subj is not None:
+                    return _resolve_head(parsed, subj, cop)
+        return found
     if subject.pos_ == "PRON":
-        return None
-    return _name_of(parsed, subject, search=True)
+        stand_in = _stand_in(parsed, subject)
+        return _Head(stand_in, None) if stand_in is not None else None
+    head = _name_of(parsed, subject, search=True)
+    if head is None and subject.pos_ in ("NOUN", "PROPN"):
+        stand_in = _stand_in(parsed, subject)  # "The film was directed by ..."
+        if stand_in is not None:
+            return _Head(stand_in, None)
+    return head
 
 
 def _name_of(parsed: Parsed, tok: Token, search: bool) -> _Head | None:
@@ -272,8 +425,9 @@ def _name_of(parsed: Parsed, tok: Token, search: bool) -> _Head | None:
     m = parsed.at(tok.i)
     if m is not None:
         return _Head(m, None) if m.kind == "name" else None
-    if tok.pos_ == "PRON":
-        return None
+    if tok.pos_ == "PRON":  # "His father was ...": the pronoun's name, when the context gives one
+        stand_in = _stand_in(parsed, tok)
+        return _Head(stand_in, None) if stand_in is not None else None
     noun = _noun_phrase(tok) if tok.pos_ == "NOUN" and tok.lower_ != "answer" else None
     owner = parsed.at(tok.head.i)
     if tok.dep_ == "appos" and owner is not None and owner.kind == "name":
@@ -305,13 +459,15 @@ def _name_of(parsed: Parsed, tok: Token, search: bool) -> _Head | None:
     return None
 
 
-def _noun_phrase(tok: Token) -> str:
-    """A noun with its compound/adjective modifiers and hyphenated continuation ("father-in-law")."""
+def _noun_phrase(tok: Token, with_modifiers: bool = False) -> str:
+    """A noun with its compound/adjective modifiers and hyphenated continuation ("father-in-law");
+    ``with_modifiers`` also keeps verb-participle modifiers ("flowering plants")."""
     doc = tok.doc
     start = tok.i
+    deps = ("compound", "amod", "nmod") if with_modifiers else ("compound", "amod")
     while (
         start > 0
-        and doc[start - 1].dep_ in ("compound", "amod")
+        and doc[start - 1].dep_ in deps
         and doc[start - 1].head.i >= tok.i
         and not doc[start - 1].text[:1].isupper()  # a name in front is a mention, not part of the relation
     ):
@@ -357,8 +513,14 @@ def _relation(parsed: Parsed, pred: Token, head: _Head, tail: Mention) -> str | 
             return None
         if tok.dep_ == "prep" and tok.lower_ in _COMPARISON_PREPS:
             return None
-        if tok.dep_ == "prep" and tok.lower_ in _ORDER_PREPS and tail.kind == "name":
-            return None
+        if (
+            tok.dep_ == "prep"
+            and tok.lower_ in _ORDER_PREPS
+            and tail.kind == "name"
+            and prev_dep == "pobj"
+            and child.head.i == tok.i
+        ):
+            return None  # "born before Y" compares; "rivalry after the abdication of Y" relates
         if tok.tag_ in ("JJR", "RBR", "JJS", "RBS"):
             return None
         other = parsed.at(tok.i)
@@ -386,21 +548,22 @@ def _relation(parsed: Parsed, pred: Token, head: _Head, tail: Mention) -> str | 
         tok = tok.head
     if tail.kind == "value" and not _plain_value(parsed, tail, path):
         return None
-    words: list[str] = []
-    for t in sorted(path, key=lambda t: t.i):
-        if t.pos_ != "NOUN":
-            words.append(t.lower_)
-            continue
-        phrase = _noun_phrase(t)
-        det = next((c for c in t.children if c.dep_ == "det" and c.lower_ in ("a", "an", "the")), None)
-        if det is not None and det.i + 1 == t.i - (len(phrase.split()) - 1):
-            words.append(det.lower_)  # only a determiner right before the phrase ("has a child named")
-        words.append(phrase)
+    words = [t.lower_ if t.pos_ != "NOUN" else _noun_phrase(t) for t in sorted(path, key=lambda t: t.i)]
+    if _is_nationality(tail) and pred.lemma_ == "be":
+        return "nationality"  # "X was an American director": the tail is X's nationality
     if head.noun and pred.lemma_ == "be" and not words:
         return head.noun
-    verb = [t.lower_ for t in _verb_phrase(pred)]
+    # A relation is read as a query after the head ("X directed by", "X born in"): auxiliaries and a
+    # copula that has other words beside it add nothing.
+    verb = [t.lower_ for t in _verb_phrase(pred) if t.dep_ not in ("aux", "auxpass")]
+    if pred.lemma_ == "be" and (words or head.noun):
+        verb = [w for w in verb if w == "not"]
     rel = ([head.noun] if head.noun else []) + verb + words
-    return " ".join(rel)
+    return " ".join(rel) or pred.lower_
+
+
+def _is_nationality(m: Mention) -> bool:
+    return m.kind == "value" and (m.label == "NORP" or m.text.split()[-1].casefold() in DEMONYMS)
 
 
 def _plain_value(parsed: Parsed, tail: Mention, path: list[Token]) -> bool:
@@ -420,6 +583,23 @@ def _plain_value(parsed: Parsed, tail: Mention, path: list[Token]) -> bool:
     )
 
 
+_KIND_NOUNS = frozenset(
+    {"type", "kind", "sort", "genus", "species", "form", "breed", "family", "member", "variety"}
+)
+
+
+def _kind_of(noun: Token) -> Token | None:
+    """The noun after "a type of" / "a genus of" (the kind a copula names), if any."""
+    if noun.lower_ not in _KIND_NOUNS:
+        return None
+    for c in noun.children:
+        if c.dep_ == "prep" and c.lower_ == "of":
+            pobj = next((p for p in c.children if p.dep_ == "pobj" and p.pos_ == "NOUN"), None)
+            if pobj is not None:
+                return pobj
+    return None
+
+
 def _copula_noun_tails(parsed: Parsed, pred: Token, head: _Head) -> list[Triplet]:
     """ "X is an actor and producer": a copula with a common-noun attribute and no mention in it gives
     (X, is, actor), (X, is, producer): the noun can be counted together with X."""
@@ -429,7 +609,17 @@ def _copula_noun_tails(parsed: Parsed, pred: Token, head: _Head) -> list[Triplet
     for c in pred.children:
         if c.dep_ != "attr" or c.pos_ != "NOUN":
             continue
-        if any(parsed.at(t.i) is not None for t in c.subtree):
+        clause = {t.i for k in c.children if k.dep_ in ("relcl", "acl") for t in k.subtree}
+        inner = {m.start: m for t in c.subtree if t.i not in clause and (m := parsed.at(t.i)) is not None}
+        if inner and not all(_is_nationality(m) for m in inner.values()):
+            continue
+        for m in inner.values():  # "an American film director": the nationality comes as its own claim
+            out.append(Triplet(head.mention.text, "nationality", m.text))
+        kind_of = _kind_of(c)
+        if kind_of is not None:  # "a genus of flowering plants", "a type of bird": the kind is the tail
+            out.append(
+                Triplet(head.mention.text, f"{c.lower_} of", _noun_phrase(kind_of, with_modifiers=True))
+            )
             continue
         nouns = [c] + [t for t in c.conjuncts if t.pos_ == "NOUN"]
         verb = head.noun or " ".join(t.lower_ for t in _verb_phrase(pred))  # "The genre of X is jazz"
@@ -476,23 +666,29 @@ def _dedupe(items: list[Triplet]) -> list[Triplet]:
 # ----------------------------------------------------------------------------------------------- LLM
 
 
-class LLMTripletExtractor:
-    """Triplets by prompting the extractor LLM with few-shot examples and parsing its list output."""
+class LLMTripletExtractor(PromptedExtractor):
+    """Triplets by prompting the extractor LLM with few-shot examples and parsing its list output.
 
-    name = "llm"
+    Our prompts show the ``context`` (question and earlier text) so that the model can name what a pronoun
+    stands for; the published prompts have no place for it and get the sentence alone, as in the published
+    extractor.
+    """
 
-    def __init__(self, prompts: ExtractorPrompts | None = None, max_new_tokens: int = 64) -> None:
-        self.prompts = prompts or builtin_prompts()
-        self.max_new_tokens = max_new_tokens
+    def _prompt(self, sentence: str, context: str | None) -> str:
+        return self._wrap(
+            self.prompts.render_triplets(sentence, context), self.prompts.triplet_messages(sentence, context)
+        )
 
-    def triplets(self, sentence: str, llm: LLMCall | None = None) -> list[Triplet]:
+    def triplets(
+        self, sentence: str, llm: LLMCall | None = None, context: str | None = None
+    ) -> list[Triplet]:
         if llm is None:
             from quco.errors import ConfigError
 
             raise ConfigError("the 'llm' triplet extractor needs an LLM call: run it through the engine")
         if not sentence or not sentence.strip():
             return []
-        output = llm(self.prompts.render_triplets(sentence.strip()), self.max_new_tokens)
+        output = llm(self._prompt(sentence.strip(), context), self.max_new_tokens)
         out = []
         for item in parse_tuples(output):
             parts = [p.strip() for p in item]

@@ -126,10 +126,10 @@ def describe_world(config: Any, build: bool = True) -> dict[str, Any]:
     """The world record of a pipeline config: both corpora (whether the method uses them) and the verdict."""
     from quco.methods import method_class
 
-    method = method_class(config.method)
+    shape = method_class(config.method)(config.params).shape
     # DTR builds its own (dense or BM25) retrieval over the retriever's corpus, so that corpus is used too.
-    uses_retriever = bool(getattr(method, "uses_retriever", False)) or config.method == "dtr"
-    uses_stats = bool(getattr(method, "uses_corpus_stats", False))
+    uses_retriever = shape.retriever or config.method == "dtr"
+    uses_stats = shape.corpus_stats
     retrieval = {"used": uses_retriever, **describe_corpus(config.retriever.corpus, build and uses_retriever)}
     cs = config.corpus_stats
     if cs.backend == "api":

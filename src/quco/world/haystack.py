@@ -17,9 +17,7 @@ import csv
 import json
 import logging
 import os
-import shutil
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,9 +26,9 @@ from typing import Any
 from tqdm import tqdm
 
 from quco.errors import CorpusFormatError
-from quco.locks import build_lock
 from quco.paths import data_dir
 from quco.retrieval.corpus import CorpusReport, CorpusSource, file_sha256
+from quco.storage import clean_stale_builds, locked, staged, write_json
 from quco.world.sources import article_paths, pool_for, world_dir
 
 log = logging.getLogger(__name__)
@@ -133,12 +131,11 @@ def plan(
 def build_haystack(manifest: HaystackManifest, out_dir: Path, progress: bool = True) -> HaystackManifest:
     """Write the haystack described by ``manifest`` to ``out_dir`` (atomically: built aside, then renamed)."""
     out_dir = Path(out_dir).expanduser().resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
     started = time.perf_counter()
     words_n = manifest.words_per_passage
-    try:
+    with staged(
+        out_dir
+    ) as tmp:  # a stale haystack of other sources is replaced only once the new one is whole
         target = tmp / passages_file(words_n)
         total = sum(s.bytes for s in manifest.sources)
         bar = tqdm(total=total, unit="B", unit_scale=True, desc="haystack", disable=not progress)
@@ -179,15 +176,7 @@ def build_haystack(manifest: HaystackManifest, out_dir: Path, progress: bool = T
         manifest.file_sha256 = file_sha256(target)
         manifest.build_seconds = round(time.perf_counter() - started, 3)
         manifest.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        (tmp / MANIFEST).write_text(json.dumps(asdict(manifest), indent=1), encoding="utf-8")
-        if out_dir.exists():  # a stale haystack of other sources: replaced only now that the new one is whole
-            old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(out_dir, old)
-            shutil.rmtree(old, ignore_errors=True)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_json(tmp / MANIFEST, asdict(manifest))
     log.info(
         "haystack %s: %d passages (%d from articles, %d from the pool) in %.1f s -> %s",
         manifest.name,
@@ -214,7 +203,7 @@ def ensure_haystack(
     """
     explicit = out_dir is not None
     target = Path(out_dir).expanduser().resolve() if out_dir is not None else default_haystack_dir(wanted)
-    with build_lock(target):
+    with locked(target):
         if target.exists() and not force:
             if (target / MANIFEST).is_file():
                 have = HaystackManifest.read(target)
@@ -227,8 +216,7 @@ def ensure_haystack(
                     )
             elif explicit and any(target.iterdir()):
                 raise CorpusFormatError(f"{target} exists and is not a haystack; choose another --out")
-        for stale in target.parent.glob(f".{target.name}.building-*"):
-            shutil.rmtree(stale, ignore_errors=True)
+        clean_stale_builds(target)
         return target, build_haystack(wanted, target, progress=progress), False
 
 

@@ -1,0 +1,594 @@
+"""The results table of a plan (``quco.eval.plan``): run every row, then tabulate whatever has been recorded.
+
+``run_plan`` runs or resumes each row's ``quco eval`` in plan order, one row at a time: a row already complete
+costs nothing, an interrupted one continues where it stopped, a row that fails is reported and the next one
+runs. A matched random control waits until the row it matches is complete (its firing rates are read from
+that run). A row that calibrates a threshold first writes a calibrated copy of its config beside its run
+directory, chosen on the dataset's calibration questions only.
+
+``collect`` reads every row's run (restricted to the plan's questions) and computes, with ``quco.eval.stats``,
+each row's EM/F1 with 95% intervals, the paired tests against the baseline and the control rows, and the
+costs; ``write_markdown`` and ``write_html`` render them, and ``write_reports`` writes one full
+``quco report`` per dataset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import logging
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from quco.errors import QucoError
+from quco.eval.cli import FIRING_COLUMNS, SUMMARY_COLUMNS, eval_command, firing_rates, format_rate
+from quco.eval.plan import DatasetPlan, Plan, PlanError, Row, check_config_notes
+from quco.eval.runs import CONFIG_FILE, Run, load_run
+from quco.eval.stats import Comparison, Interval, compare, summarize
+
+log = logging.getLogger(__name__)
+
+BEGIN = "<!-- results:begin (written by `quco results table`; edit the text outside these markers) -->"
+END = "<!-- results:end -->"
+
+# The table's columns are `quco summary`'s, with the digits and scale each is printed with.
+_FORMAT = {
+    "em": (1, 100.0),
+    "f1": (1, 100.0),
+    "retrievals": (2, 1.0),
+    "main_llm_calls": (2, 1.0),
+    "llm_calls": (2, 1.0),
+}
+SCORE_COLUMNS = tuple((f, h, *_FORMAT[f]) for f, h in SUMMARY_COLUMNS if f in ("em", "f1"))
+COST_COLUMNS = tuple((f, h, *_FORMAT.get(f, (1, 1.0))) for f, h in SUMMARY_COLUMNS if f not in ("em", "f1"))
+
+
+# -- running ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RowRun:
+    """What ``run_plan`` did with one row."""
+
+    dataset: str
+    row: str
+    action: str  # "ran", "skipped", "failed", "planned" (dry run)
+    detail: str = ""
+    command: str = ""
+
+
+def _selected(plan: Plan, datasets: Sequence[str], rows: Sequence[str]) -> list[tuple[DatasetPlan, Row]]:
+    known_ds = {ds.name for ds in plan.datasets}
+    for name in datasets:
+        if name not in known_ds:
+            raise PlanError(f"the plan has no dataset '{name}' (it has {', '.join(sorted(known_ds))})")
+    known_rows = {row.name for _, row in plan.rows()}
+    for name in rows:
+        if name not in known_rows:
+            raise PlanError(f"the plan has no row '{name}'")
+    return [
+        (ds, row)
+        for ds, row in plan.rows()
+        if (not datasets or ds.name in datasets) and (not rows or row.name in rows)
+    ]
+
+
+def planned_ids(ds: DatasetPlan, row: Row | None = None) -> list[str]:
+    """The ids of the questions a row evaluates (the dataset's span, or its first ``row.limit``)."""
+    from quco.datasets import load_dataset
+
+    span = ds.row_span(row) if row is not None else ds.span
+    return [ex.id for ex in load_dataset(ds.name, limit=span.limit, offset=span.offset)]
+
+
+def row_progress(plan: Plan, ds: DatasetPlan, row: Row) -> tuple[int, int]:
+    """(questions recorded, questions planned) of a row."""
+    ids = planned_ids(ds, row)
+    run_dir = plan.run_dir(ds, row)
+    if not (run_dir / CONFIG_FILE).is_file():
+        return 0, len(ids)
+    recorded = {str(r["id"]) for r in load_run(run_dir).records}
+    return sum(1 for i in ids if i in recorded), len(ids)
+
+
+def row_overrides(plan: Plan, ds: DatasetPlan, row: Row) -> list[str]:
+    """The row's `--set` overrides: the plan's, the row's, and the matched run for a random control."""
+    sets = list(plan.set) + list(row.set)
+    if row.match is not None:
+        sets.append(f"params.match_run={plan.run_dir(ds, ds.row(row.match))}")
+    return sets
+
+
+def eval_argv(plan: Plan, ds: DatasetPlan, row: Row, config: Path) -> list[str]:
+    """The `quco eval` command that runs (or resumes) a row."""
+    span = ds.row_span(row)
+    argv = ["quco", "eval", "--config", str(config), "--dataset", ds.name]
+    argv += ["--offset", str(span.offset), "--limit", str(span.limit), "--out", str(plan.run_dir(ds, row))]
+    argv += ["--label", row.title]
+    if plan.workers is not None:
+        argv += ["--workers", str(plan.workers)]
+    for s in row_overrides(plan, ds, row):
+        argv += ["--set", s]
+    return argv
+
+
+def _calibration_header(plan: Plan, ds: DatasetPlan, row: Row) -> str:
+    """The first line of a calibrated copy: what it was made from, so a changed source or plan is noticed."""
+    assert row.config is not None and ds.calibration is not None
+    source = hashlib.sha256(Path(row.config).read_bytes()).hexdigest()[:16]
+    specs = "; ".join(f"{c.param} {c.target} {c.rate:g}" for c in row.calibrate)
+    inputs = hashlib.sha256("\n".join([*row_overrides(plan, ds, row), specs]).encode("utf-8")).hexdigest()[
+        :16
+    ]
+    return (
+        f"# calibrated copy of {row.config} (sha256 {source}), overrides and targets {inputs}: "
+        f"{specs} on {ds.name} questions {ds.calibration.offset}:{ds.calibration.end}\n"
+    )
+
+
+def calibrated_config(plan: Plan, ds: DatasetPlan, row: Row, progress: bool = True) -> Path:
+    """The row's config with its thresholds calibrated on the dataset's calibration questions (made once).
+
+    The copy starts with a header naming its source config (with its sha256), the row's overrides and the
+    calibration targets; a copy made from anything else is refused rather than silently reused.
+    """
+    from quco.config import parse_override
+    from quco.eval.calibrate import calibrate, write_threshold
+
+    assert row.config is not None and ds.calibration is not None  # checked when the plan was loaded
+    dest = plan.calibrated_config(ds, row)
+    header = _calibration_header(plan, ds, row)
+    if dest.is_file():
+        first = dest.read_text(encoding="utf-8").split("\n", 1)[0] + "\n"
+        if first != header:
+            raise PlanError(
+                f"{dest} was calibrated from another config, other overrides or other targets than the row "
+                "now has; delete it (and the row's run, made with it) to calibrate again"
+            )
+        check_config_notes(dest, ds, f"{ds.name}/{row.name}")
+        return dest
+    cal = ds.calibration
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.write_text(header + Path(row.config).read_text(encoding="utf-8"), encoding="utf-8")
+    overrides = dict(parse_override(s) for s in row_overrides(plan, ds, row))
+    try:
+        for spec in row.calibrate:
+            log.info("%s/%s: calibrating %s on questions %s", ds.name, row.name, spec.param, cal)
+            result = calibrate(
+                tmp, ds.name, cal.offset, cal.limit, spec.target, spec.rate,
+                overrides=overrides, progress=progress, param=spec.param,
+            )  # fmt: skip
+            goal = f"rate {spec.rate:g}" if spec.target == "rate" else "best EM"
+            note = (
+                f"calibrated: {goal} on {ds.name} questions {cal.offset}:{cal.end} "
+                f"({datetime.now(UTC).date().isoformat()})"
+            )
+            write_threshold(tmp, result.threshold, note, result.param)
+        tmp.replace(dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dest
+
+
+def _dry_run(plan: Plan, ds: DatasetPlan, row: Row, waiting: str) -> RowRun:
+    """The row's command, after checking that its config resolves with its overrides (nothing is built)."""
+    from quco.config import load_config, parse_override
+
+    assert row.config is not None
+    config = plan.calibrated_config(ds, row) if row.calibrate else Path(row.config)
+    try:
+        load_config(row.config, overrides=dict(parse_override(s) for s in row_overrides(plan, ds, row)))
+    except QucoError as exc:
+        return RowRun(ds.name, row.name, "failed", f"the config does not resolve: {exc}")
+    cmd = shlex.join(eval_argv(plan, ds, row, config))
+    if row.calibrate and not config.is_file():
+        cmd = f"(after calibrating {', '.join(c.param for c in row.calibrate)}) {cmd}"
+    if waiting:
+        cmd = f"(after '{row.match}' completes) {cmd}"
+    return RowRun(ds.name, row.name, "planned", command=cmd)
+
+
+def run_plan(
+    plan: Plan,
+    datasets: Sequence[str] = (),
+    rows: Sequence[str] = (),
+    dry_run: bool = False,
+    progress: bool = True,
+    echo: Callable[[str], None] = log.info,
+) -> list[RowRun]:
+    """Run or resume every selected row in plan order; a failing row is reported and the next one runs."""
+
+    done: list[RowRun] = []
+    for ds, row in _selected(plan, datasets, rows):
+        if row.config is None:
+            why = "no config" + (" (see the dataset's note)" if ds.note and not row.note else "")
+            why += f": {row.note}" if row.note else ""
+            done.append(RowRun(ds.name, row.name, "skipped", why))
+            echo(f"{ds.name}/{row.name}: skipped, {why}")
+            continue
+        waiting = ""
+        if row.match is not None:
+            have, want = row_progress(plan, ds, ds.row(row.match))
+            if have < want:
+                waiting = f"waits for '{row.match}' to complete ({have}/{want} questions)"
+                if not dry_run:
+                    done.append(RowRun(ds.name, row.name, "skipped", waiting))
+                    echo(f"{ds.name}/{row.name}: {waiting}")
+                    continue
+        if dry_run:
+            done.append(_dry_run(plan, ds, row, waiting))
+            echo(
+                done[-1].command
+                if done[-1].action == "planned"
+                else f"{ds.name}/{row.name}: {done[-1].detail}"
+            )
+            continue
+        try:
+            config = calibrated_config(plan, ds, row, progress) if row.calibrate else Path(row.config)
+            span = ds.row_span(row)
+            cmd = shlex.join(eval_argv(plan, ds, row, config))
+            echo(f"{ds.name}/{row.name}: {cmd}")
+            summary = eval_command(
+                config, ds.name, span.limit, span.offset, plan.run_dir(ds, row), plan.workers,
+                sets=row_overrides(plan, ds, row), label=row.title, progress=progress,
+            )  # fmt: skip
+        except QucoError as exc:
+            done.append(RowRun(ds.name, row.name, "failed", str(exc)))
+            echo(f"{ds.name}/{row.name}: FAILED: {exc}")
+            continue
+        detail = (
+            f"{summary.completed}/{summary.selected} questions recorded ({summary.new} now, "
+            f"{summary.errors} errors), EM {summary.em:.3f}"
+        )
+        done.append(RowRun(ds.name, row.name, "ran", detail, cmd))
+        echo(f"{ds.name}/{row.name}: {detail}")
+    return done
+
+
+# -- collecting ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RowResult:
+    """One row of the table: its run restricted to the planned questions, with statistics."""
+
+    dataset: DatasetPlan
+    row: Row
+    run_dir: Path
+    planned: int
+    run: Run | None = None
+    status: str = "not run"  # "complete", "partial", "not run", "no config", "unreadable"
+    problem: str = ""
+    stats: dict[str, Interval] = field(default_factory=dict)
+    vs_baseline: Comparison | None = None
+    vs_control: Comparison | None = None
+    world: dict[str, Any] = field(default_factory=dict)
+    firing: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def answered(self) -> int:
+        return len(self.run.records) if self.run is not None else 0
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for r in self.run.records if r.get("error")) if self.run is not None else 0
+
+    @property
+    def generator(self) -> str:
+        if self.run is None:
+            return ""
+        gen = (self.run.config.get("pipeline") or {}).get("generator") or {}
+        return f"{gen.get('model', '?')} ({gen.get('backend', '?')})" if gen else str(self.run.method)
+
+
+def _restricted(run: Run, ids: Sequence[str]) -> Run:
+    by_id = run.by_id()
+    return Run(run.dir, run.config, [by_id[i] for i in ids if i in by_id])
+
+
+def _compare(a: RowResult | None, b: RowResult, n_boot: int) -> Comparison | None:
+    if a is None or a is b or a.run is None or b.run is None or not a.run.records or not b.run.records:
+        return None
+    try:
+        return compare(a.run, b.run, ("em", "f1"), n_boot=n_boot)
+    except QucoError as exc:
+        b.problem = (b.problem + "; " if b.problem else "") + f"no paired test against {a.row.title}: {exc}"
+        return None
+
+
+def _check_config(plan: Plan, ds: DatasetPlan, row: Row, run: Run, res: RowResult) -> None:
+    """Note (never hide) a run whose recorded pipeline is not what the plan's row resolves to now."""
+    from quco.config import load_config, parse_override
+    from quco.eval.runner import _differences
+
+    recorded = run.config.get("pipeline")
+    if not isinstance(recorded, dict) or row.config is None:
+        return
+    config = plan.calibrated_config(ds, row) if row.calibrate else Path(row.config)
+    try:
+        overrides = dict(parse_override(s) for s in row_overrides(plan, ds, row))
+        expected = load_config(config, overrides=overrides).model_dump(mode="json")
+    except QucoError as exc:
+        res.problem = f"cannot resolve the row's config to check its run: {exc}"
+        return
+    diffs = _differences(recorded, expected)
+    if diffs:
+        shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
+        res.problem = f"its run was made with another config than the plan's row resolves to now ({shown})"
+
+
+def collect(plan: Plan, n_boot: int = 10_000) -> list[RowResult]:
+    """Read every row's run (only the questions the plan evaluates for it) and compute its statistics."""
+    from quco.world.guard import read_world
+
+    results: list[RowResult] = []
+    for ds in plan.datasets:
+        by_name: dict[str, RowResult] = {}
+        for row in ds.rows:
+            ids = planned_ids(ds, row)
+            res = RowResult(ds, row, plan.run_dir(ds, row), len(ids))
+            if row.config is None:
+                res.status = "no config"
+            elif (res.run_dir / CONFIG_FILE).is_file():
+                try:
+                    run = load_run(res.run_dir)
+                    recorded_ds = run.dataset.get("name")
+                    if recorded_ds and recorded_ds != ds.name:
+                        raise QucoError(f"{res.run_dir} holds a run on {recorded_ds}, not {ds.name}")
+                except QucoError as exc:
+                    res.status, res.problem = "unreadable", str(exc)
+                else:
+                    run.config = {**run.config, "label": row.title}
+                    res.run = _restricted(run, ids)
+                    res.status = "complete" if res.answered == res.planned else "partial"
+                    if not res.run.records:
+                        res.status = "not run"
+                    res.stats = summarize(res.run, [f for f, *_ in SCORE_COLUMNS + COST_COLUMNS], n_boot)
+                    res.world = read_world(res.run_dir, run.config)
+                    res.firing = firing_rates(res.run)
+                    _check_config(plan, ds, row, run, res)
+            by_name[row.name] = res
+            results.append(res)
+        base = by_name.get(ds.baseline) if ds.baseline else None
+        ctrl = by_name.get(ds.control) if ds.control else None
+        for res in by_name.values():
+            res.vs_baseline = _compare(base, res, n_boot)
+            res.vs_control = _compare(ctrl, res, n_boot)
+    return results
+
+
+# -- rendering ------------------------------------------------------------------------------------------------
+
+
+def _iv(iv: Interval | None, digits: int, scale: float) -> str:
+    return iv.format(digits, scale) if iv is not None else "—"
+
+
+def _diff(comp: Comparison | None, metric: str) -> str:
+    if comp is None:
+        return "—"
+    r = comp.results[metric]
+    d = r.diff
+    return f"{d.mean * 100:+.1f} [{d.low * 100:+.1f}, {d.high * 100:+.1f}] p={r.p_value:.3f} (n={r.n})"
+
+
+def _rate(res: RowResult, stage: str) -> str:
+
+    rate = res.firing.get(stage)
+    return format_rate(rate, stage) if rate is not None else "—"
+
+
+def _status(res: RowResult) -> str:
+    if res.status in ("complete", "partial"):
+        return f"{res.status} {res.answered}/{res.planned}" + (f", {res.errors} errors" if res.errors else "")
+    return f"{res.status} 0/{res.planned}"
+
+
+def _header(ds: DatasetPlan) -> str:
+    return f"{ds.title or ds.name}, questions {ds.span}"
+
+
+@dataclass(frozen=True)
+class Section:
+    """One dataset's three tables as rows of cells, shared by the Markdown and HTML renderings."""
+
+    dataset: DatasetPlan
+    scores: tuple[list[str], list[list[str]]]
+    costs: tuple[list[str], list[list[str]]]
+    runs: tuple[list[str], list[list[str]]]
+    notes: list[str]
+
+
+def sections(plan: Plan, results: Sequence[RowResult]) -> list[Section]:
+    out = []
+    for ds in plan.datasets:
+        rows = [r for r in results if r.dataset is ds]
+        base = ds.row(ds.baseline).title if ds.baseline else "baseline"
+        ctrl = ds.row(ds.control).title if ds.control else "control"
+        score_head = ["method", "n / planned"] + [h for _, h, *_ in SCORE_COLUMNS]
+        score_head += [f"ΔEM vs {base}", f"ΔF1 vs {base}", f"ΔEM vs {ctrl}", f"ΔF1 vs {ctrl}"]
+        scores = []
+        for r in rows:
+            cells = [r.row.title, f"{r.answered}/{r.planned}"]
+            cells += [_iv(r.stats.get(f), d, s) for f, _, d, s in SCORE_COLUMNS]
+            cells += [_diff(r.vs_baseline, "em"), _diff(r.vs_baseline, "f1")]
+            cells += [_diff(r.vs_control, "em"), _diff(r.vs_control, "f1")]
+            scores.append(cells)
+        cost_head = ["method"] + [h for _, h, *_ in COST_COLUMNS] + [h for _, h in FIRING_COLUMNS]
+        costs = [
+            [r.row.title]
+            + [_iv(r.stats.get(f), d, s) for f, _, d, s in COST_COLUMNS]
+            + [_rate(r, "before"), _rate(r, "generate")]
+            for r in rows
+        ]
+        run_head = ["method", "status", "run directory", "generator", "world", "config"]
+        runs = []
+        for r in rows:
+            world = str(r.world.get("world", "—")) + (" (inferred)" if r.world.get("inferred") else "")
+            config = r.row.config or "—"
+            if r.row.set:
+                config += " + " + ", ".join(r.row.set)
+            if r.row.calibrate:
+                config += f" (calibrated: {', '.join(c.param for c in r.row.calibrate)})"
+            runs.append([r.row.title, _status(r), str(r.run_dir), r.generator or "—", world, config])
+        notes = [f"{ds.note.strip()}"] if ds.note else []
+        notes += [f"{r.row.title}: {r.row.note.strip()}" for r in rows if r.row.note]
+        notes += [f"{r.row.title}: {r.problem}" for r in rows if r.problem]
+        out.append(Section(ds, (score_head, scores), (cost_head, costs), (run_head, runs), notes))
+    return out
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    def esc(c: str) -> str:
+        return c.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(esc(h) for h in head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _legend(plan: Plan) -> str:
+    return (
+        "Means per question with 95% percentile-bootstrap intervals; EM and F1 in % (accuracy for yes/no/maybe "
+        "questions). Δ: the row minus the named row on the questions both answered, in points, with a paired "
+        "bootstrap 95% interval and a two-sided sign-flip permutation p-value. Costs: main = the main "
+        "generations only (the papers' #Call and #Tok); all roles adds extractor, sampler, judge, probe and "
+        "answer re-prompt calls. s/q: wall seconds per question on the machine that ran it. Stage 1 fired: "
+        "share of questions whose pre-generation trigger fired; stage 2: share of judged sentences (or "
+        "candidate points) flagged."
+    )
+
+
+def render_markdown(plan: Plan, results: Sequence[RowResult], plan_path: str) -> str:
+    complete = sum(1 for r in results if r.status == "complete")
+    lines = [
+        BEGIN,
+        "",
+        f"Generated {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} from `{plan_path}` by "
+        f"`quco results table {plan_path}`: {complete} of {len(results)} planned rows complete.",
+        "",
+        _legend(plan),
+    ]
+    for sec in sections(plan, results):
+        lines += ["", f"### {_header(sec.dataset)}", ""]
+        lines += _md_table(*sec.scores) + [""] + _md_table(*sec.costs) + [""] + _md_table(*sec.runs)
+        if sec.notes:
+            lines += [""] + [f"- {n}" for n in sec.notes]
+    lines += ["", END]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(plan: Plan, results: Sequence[RowResult], path: Path, plan_path: str) -> Path:
+    """Write the tables between the markers of ``path`` (the text around them is kept), or a new file."""
+    block = render_markdown(plan, results, plan_path)
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+        start, end = text.find(BEGIN.split(" (")[0]), text.find(END)
+        if start < 0 or end < start:
+            raise QucoError(
+                f"{path} exists but has no '{BEGIN.split(' (')[0]} ... {END}' block; add the two markers "
+                "where the tables belong (the text around them is kept), or write to another file"
+            )
+        text = text[:start] + block.rstrip("\n") + text[end + len(END) :]
+    else:
+        text = f"# {plan.title}\n\n{block}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _html_table(head: list[str], rows: list[list[str]], cls: str) -> str:
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td{' class=num' if i else ''}>{html.escape(c)}</td>" for i, c in enumerate(r))
+        + "</tr>"
+        for r in rows
+    )
+    return f"<table class='{cls}'><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def write_html(
+    plan: Plan,
+    results: Sequence[RowResult],
+    path: Path,
+    plan_path: str,
+    reports: dict[str, Path] | None = None,
+) -> Path:
+    """The tables as one self-contained HTML page, linking each dataset's full report when written."""
+    from quco.eval.report import _CSS
+
+    parts = [f"<h1>{html.escape(plan.title)}</h1>"]
+    complete = sum(1 for r in results if r.status == "complete")
+    parts.append(
+        f"<p class='muted'>Generated {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} from "
+        f"<code>{html.escape(plan_path)}</code>: {complete} of {len(results)} planned rows complete.</p>"
+        f"<p class='muted'>{html.escape(_legend(plan))}</p>"
+    )
+    for sec in sections(plan, results):
+        parts.append(f"<h2>{html.escape(_header(sec.dataset))}</h2>")
+        report = (reports or {}).get(sec.dataset.name)
+        if report is not None:
+            rel = Path(_relative(report, path.parent))
+            parts.append(f"<p>Full report (plots, every question's trace): <a href='{html.escape(str(rel))}'>"
+                         f"{html.escape(str(rel))}</a></p>")  # fmt: skip
+        parts.append(_html_table(*sec.scores, "scores"))
+        parts.append(_html_table(*sec.costs, "costs"))
+        parts.append(_html_table(*sec.runs, "runs"))
+        if sec.notes:
+            parts.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in sec.notes) + "</ul>")
+    page = (
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(plan.title)}</title>"
+        f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def _relative(target: Path, start: Path) -> str:
+    import os
+
+    return os.path.relpath(target.resolve(), start.resolve())
+
+
+def write_reports(plan: Plan, results: Sequence[RowResult]) -> dict[str, Path]:
+    """One ``quco report`` per dataset over its rows with records (OUT/DATASET/report.html)."""
+    from quco.eval.report import write_report
+
+    written = {}
+    for ds in plan.datasets:
+        rows = [r for r in results if r.dataset is ds and r.run is not None and r.run.records]
+        if not rows:
+            continue
+        names = [r.row.name for r in rows]
+        baseline = names.index(ds.baseline) if ds.baseline in names else 0
+        out = Path(plan.out) / ds.name / "report.html"
+        written[ds.name] = write_report(
+            [r.run for r in rows], out, baseline=baseline, title=f"{plan.title}: {_header(ds)}"
+        )
+    return written
+
+
+def table(
+    plan: Plan,
+    plan_path: str,
+    markdown: Path | None = None,
+    html_path: Path | None = None,
+    reports: bool = True,
+    n_boot: int = 10_000,
+) -> tuple[list[RowResult], list[Path]]:
+    """``quco results table``: collect the runs and write the Markdown, the HTML page and the reports."""
+    results = collect(plan, n_boot=n_boot)
+    written = [write_markdown(plan, results, markdown or Path(plan.markdown), plan_path)]
+    report_paths = write_reports(plan, results) if reports else {}
+    written.append(write_html(plan, results, html_path or Path(plan.html), plan_path, report_paths))
+    written += list(report_paths.values())
+    return results, written

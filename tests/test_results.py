@@ -1,0 +1,316 @@
+"""The results table of a plan: its rules (calibration questions apart from evaluated ones), the headline plan,
+and the table written from recorded runs (statuses, intervals and paired tests equal to quco.eval.stats')."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from quco.datasets import load_dataset
+from quco.eval.plan import PlanError, load_plan
+from quco.eval.results import BEGIN, END, collect, run_plan, table
+from quco.eval.runner import run_eval
+from quco.eval.runs import load_run
+from quco.eval.stats import compare, summarize
+from quco.trace import RetrievedRef, Step, Trace
+
+ROOT = Path(__file__).resolve().parents[1]
+N = 6
+GOLD = {e.question: e.answers[0] for e in load_dataset("hotpotqa", limit=10)}
+
+
+def _write(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _plan(tmp_path: Path, rows: list[dict], **dataset: object) -> dict:
+    ds = {"name": "hotpotqa", "offset": 0, "limit": N, "rows": rows} | dataset
+    return {"title": "T", "out": str(tmp_path / "runs"), "datasets": [ds]}
+
+
+SR = str(ROOT / "configs/hotpotqa/sr-rag.yaml")
+
+
+@pytest.mark.parametrize(
+    ("dataset", "rows", "message"),
+    [
+        ({"calibration": {"offset": 4, "limit": 10}}, [{"name": "a", "config": SR}], "overlap the evaluated"),
+        ({}, [{"name": "a", "config": SR}, {"name": "a", "config": SR}], "listed twice"),
+        ({"baseline": "b"}, [{"name": "a", "config": SR}], "baseline 'b' is not one of its rows"),
+        ({}, [{"name": "r", "config": SR, "match": "a"}, {"name": "a", "config": SR}], "must come before"),
+        ({}, [{"name": "a", "config": SR, "limit": N + 1}], "exceeds the dataset"),
+        ({}, [{"name": "a", "config": SR, "calibrate": [{"param": "entity_threshold"}]}], "no calibration"),
+        ({}, [{"name": "a", "config": SR, "sett": ["x=1"]}], "rows.0.sett"),
+        ({}, [{"name": "a", "config": str(ROOT / "configs/nope.yaml")}], "cannot read config"),
+    ],
+)
+def test_plan_rules(tmp_path: Path, dataset: dict, rows: list[dict], message: str) -> None:
+    path = _write(tmp_path / "plan.yaml", _plan(tmp_path, rows, **dataset))
+    with pytest.raises(PlanError, match=message):
+        load_plan(path)
+
+
+def test_a_config_calibrated_on_evaluated_questions_is_refused(tmp_path: Path) -> None:
+    text = (ROOT / "configs/hotpotqa/flare.yaml").read_text(encoding="utf-8")
+    note = "  threshold: 0.2  # calibrated: rate 0.5 on hotpotqa questions {} (2026-01-01)"
+    inside, outside = tmp_path / "inside.yaml", tmp_path / "outside.yaml"
+    inside.write_text(text.replace("  threshold: 0.08", note.format("3:50")), encoding="utf-8")
+    outside.write_text(text.replace("  threshold: 0.08", note.format("200:300")), encoding="utf-8")
+    plan = _plan(
+        tmp_path, [{"name": "flare", "config": str(inside)}], calibration={"offset": 200, "limit": 100}
+    )
+    with pytest.raises(PlanError, match="calibrated on hotpotqa questions 3:50, which overlap"):
+        load_plan(_write(tmp_path / "plan.yaml", plan))
+    plan["datasets"][0]["rows"][0]["config"] = str(outside)
+    assert load_plan(_write(tmp_path / "plan.yaml", plan)).datasets[0].rows[0].name == "flare"
+
+
+def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    plan = load_plan("configs/results/headline.yaml")
+    assert [ds.name for ds in plan.datasets] == ["hotpotqa", "2wikimultihopqa", "pubmedqa"]
+    for ds in plan.datasets:
+        assert (ds.offset, ds.limit) == (0, 200)
+        assert ds.calibration is not None and (ds.calibration.offset, ds.calibration.end) == (200, 300)
+    done = run_plan(plan, dry_run=True, echo=lambda s: None)
+    assert not [d for d in done if d.action == "failed"]
+    by = {(d.dataset, d.row): d for d in done}
+    for ds in ("hotpotqa", "2wikimultihopqa"):
+        cmds = {row: by[(ds, row)].command for _, row in by if _ == ds}
+        assert set(cmds) == {"wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "quco", "quco-llm",
+                             "quco-random", "dragin", "seakr"}  # fmt: skip
+        for row, cmd in cmds.items():
+            assert "--set generator.model=qwen2.5-1.5b-instruct" in cmd
+            assert "--offset 0 --limit " + ("50" if row in ("dragin", "seakr") else "200") in cmd
+            assert cmd.endswith("generator.backend=hf") == (row in ("dragin", "seakr"))
+            assert "haystack" in cmd or "configs/world/" in cmd
+        assert f"params.match_run=runs/headline/{ds}/quco" in cmds["quco-random"]
+        assert "text.entity_extractor=llm" in cmds["quco-llm"]
+    assert all(by[("pubmedqa", r)].action == "skipped" for _, r in by if _ == "pubmedqa")
+
+
+def test_the_cli_prints_the_headline_plan_and_refuses_a_broken_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from quco.cli import app
+
+    monkeypatch.chdir(ROOT)
+    shown = CliRunner().invoke(app, ["results", "run", "configs/results/headline.yaml", "--dry-run",
+                                     "--dataset", "hotpotqa"])  # fmt: skip
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 10
+    assert "(after 'quco' completes)" in shown.output
+    bad = _write(
+        tmp_path / "plan.yaml", _plan(tmp_path, [{"name": "a", "config": SR}], calibration={"limit": 3})
+    )
+    refused = CliRunner().invoke(app, ["results", "table", str(bad)])
+    assert refused.exit_code == 2 and "overlap the evaluated questions" in refused.output
+
+
+def test_a_calibrated_copy_is_reused_only_for_the_same_source_overrides_and_targets(tmp_path: Path) -> None:
+    from quco.eval.results import calibrated_config
+
+    source = tmp_path / "quco.yaml"
+    source.write_text((ROOT / "configs/hotpotqa/quco.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    row = {"name": "quco", "config": str(source), "calibrate": [{"param": "entity_threshold", "rate": 0.3}]}
+    spec = _plan(tmp_path, [row], calibration={"offset": 10, "limit": 5})
+    plan = load_plan(_write(tmp_path / "plan.yaml", spec))
+    ds, row_ = plan.datasets[0], plan.datasets[0].rows[0]
+    copy = plan.calibrated_config(ds, row_)
+    copy.parent.mkdir(parents=True)
+    note = "calibrated: rate 0.3 on hotpotqa questions 10:15 (2026-01-01)"
+    made = source.read_text(encoding="utf-8").replace(
+        "entity_threshold: 100000", f"entity_threshold: 7.0  # {note}"
+    )
+    from quco.eval.results import _calibration_header
+
+    copy.write_text(_calibration_header(plan, ds, row_) + made, encoding="utf-8")
+    assert calibrated_config(plan, ds, row_) == copy  # reused: no model is loaded
+    for change in ("rate", "source"):
+        if change == "rate":
+            spec["datasets"][0]["rows"][0]["calibrate"][0]["rate"] = 0.4
+        else:
+            source.write_text(source.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+        plan = load_plan(_write(tmp_path / "plan.yaml", spec))
+        with pytest.raises(PlanError, match="calibrated from another config"):
+            calibrated_config(plan, plan.datasets[0], plan.datasets[0].rows[0])
+
+
+def _answerer(method: str, p_right: float):
+    """A deterministic answerer with a method's costs (its runs stand in for recorded runs)."""
+
+    def answer(question: str) -> Trace:
+        h = int(hashlib.sha256(f"{method}|{question}".encode()).hexdigest(), 16)
+        trace = Trace(question=question, method=method)
+        right = (h % 1000) / 1000 < p_right
+        trace.prediction = f"So the answer is {GOLD[question] if right else 'Paris'}."
+        if method != "wo-rag":
+            trace.steps.append(
+                Step(index=0, stage="generate", draft="A draft.", decision="retrieve", queries=["q"],
+                     retrieved=[RetrievedRef("p1", "T", 1.0, "t")])
+            )  # fmt: skip
+            trace.counters.retrievals = 1 + h % 2
+        trace.counters.add_llm("main", 300, 20 + h % 9)
+        trace.counters.add_llm("extractor", 100, 5)
+        trace.counters.add_seconds("llm", 1.0 + (h % 5) / 10)
+        trace.seconds = sum(trace.counters.seconds.values())
+        return trace
+
+    answer.method = method  # type: ignore[attr-defined]
+    return answer
+
+
+def test_table_from_recorded_runs(tmp_path: Path) -> None:
+    rows = [
+        {"name": "wo-rag", "label": "Wo-RAG", "config": str(ROOT / "configs/hotpotqa/wo-rag.yaml")},
+        {"name": "sr-rag", "label": "SR-RAG", "config": SR},
+        {"name": "quco", "label": "QuCo-RAG", "config": str(ROOT / "configs/hotpotqa/quco.yaml")},
+        {"name": "random", "label": "Random", "config": str(ROOT / "configs/hotpotqa/quco-random.yaml"),
+         "match": "quco"},
+        {"name": "dragin", "label": "DRAGIN", "config": str(ROOT / "configs/hotpotqa/dragin.yaml"), "limit": 3},
+        {"name": "pubmed-like", "label": "Unconfigured", "note": "no config exists yet"},
+    ]  # fmt: skip
+    spec = _plan(tmp_path, rows, baseline="sr-rag", control="random", calibration={"offset": 10, "limit": 5})
+    spec |= {"markdown": str(tmp_path / "results.md"), "html": str(tmp_path / "results.html")}
+    plan = load_plan(_write(tmp_path / "plan.yaml", spec))
+    runs = tmp_path / "runs" / "hotpotqa"
+    # The matched control waits while the row it matches is incomplete (here: not run at all).
+    (done,) = run_plan(plan, rows=["random"], echo=lambda s: None)
+    assert (done.action, done.detail) == ("skipped", f"waits for 'quco' to complete (0/{N} questions)")
+    for name, p, limit in (("sr-rag", 0.4, N + 2), ("quco", 0.6, N), ("random", 0.5, 4), ("dragin", 0.5, 3)):
+        run_eval(_answerer(name, p), "hotpotqa", limit=limit, out_dir=runs / name, progress=False)
+    md = tmp_path / "results.md"
+    md.write_text(
+        f"# Results\n\nIntro kept.\n\n{BEGIN}\nold table\n{END}\n\n## Reading\n\nKept too.\n", "utf-8"
+    )
+    results, written = table(plan, "plan.yaml", n_boot=500)
+    by = {r.row.name: r for r in results}
+    assert {k: r.status for k, r in by.items()} == {
+        "wo-rag": "not run", "sr-rag": "complete", "quco": "complete", "random": "partial", "dragin": "complete",
+        "pubmed-like": "no config",
+    }  # fmt: skip
+    assert (by["sr-rag"].answered, by["sr-rag"].planned) == (N, N)  # questions beyond the plan are left out
+    assert (by["random"].answered, by["dragin"].planned) == (4, 3)
+    text = md.read_text(encoding="utf-8")
+    assert text.startswith("# Results\n\nIntro kept.") and text.endswith("## Reading\n\nKept too.\n")
+    assert "old table" not in text and "3 of 6 planned rows complete" in text
+    sr = load_run(runs / "sr-rag")
+    sr.records = sr.records[:N]
+    quco = load_run(runs / "quco")
+    em = summarize(quco, ["em"], n_boot=500)["em"]
+    assert f"| QuCo-RAG | {N}/{N} | {em.format(1, 100.0)} |" in text
+    paired = compare(sr, quco, ("em",), n_boot=500).results["em"]
+    assert f"{paired.diff.mean * 100:+.1f} [{paired.diff.low * 100:+.1f}, " in text
+    assert f"p={paired.p_value:.3f} (n={N})" in text
+    assert by["quco"].vs_control is not None and by["quco"].vs_control.n_common == 4
+    assert by["dragin"].vs_baseline is not None and by["dragin"].vs_baseline.n_common == 3
+    assert "| Unconfigured | no config 0/6 |" in text and "Unconfigured: no config exists yet" in text
+    assert "| Wo-RAG | not run 0/6 |" in text
+    # costs: main-only beside all roles (the extractor's calls count in the latter only)
+    calls = summarize(quco, ["main_llm_calls", "llm_calls"], n_boot=500)
+    assert calls["main_llm_calls"].mean == 1.0 and calls["llm_calls"].mean == 2.0
+    assert "| QuCo-RAG | " in text and " | 1.00 [1.00, 1.00] | 2.00 [2.00, 2.00] | " in text
+    page = (tmp_path / "results.html").read_text(encoding="utf-8")
+    assert page.count("<table") == 3 and "report.html" in page
+    assert (runs / "report.html") in written and (runs / "report.html").stat().st_size > 0
+    again = collect(plan, n_boot=500)
+    assert [r.status for r in again] == [r.status for r in results]
+    assert not any(r.problem for r in again)
+
+
+def test_a_run_made_with_another_config_is_noted(tmp_path: Path) -> None:
+    from quco.config import load_config
+
+    spec = _plan(tmp_path, [{"name": "sr-rag", "label": "SR-RAG", "config": SR}])
+    spec |= {"markdown": str(tmp_path / "r.md"), "html": str(tmp_path / "r.html")}
+    plan = load_plan(_write(tmp_path / "plan.yaml", spec))
+    run_dir = tmp_path / "runs" / "hotpotqa" / "sr-rag"
+    run_eval(_answerer("sr-rag", 0.5), "hotpotqa", limit=N, out_dir=run_dir, progress=False)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    for fewshot, noted in ((8, False), (3, True)):
+        pipeline = load_config(SR, overrides={"prompt.fewshot": fewshot}).model_dump(mode="json")
+        _write(run_dir / "config.yaml", config | {"pipeline": pipeline})
+        (res,) = collect(plan, n_boot=100)
+        assert res.status == "complete"
+        assert ("another config" in res.problem and "prompt.fewshot (3 -> 8)" in res.problem) == noted
+    table(plan, "plan.yaml", n_boot=100)
+    assert "SR-RAG: its run was made with another config" in (tmp_path / "r.md").read_text(encoding="utf-8")
+
+
+def test_a_markdown_file_without_markers_is_not_overwritten(tmp_path: Path) -> None:
+    spec = _plan(tmp_path, [{"name": "sr-rag", "config": SR}])
+    spec |= {"markdown": str(tmp_path / "r.md"), "html": str(tmp_path / "r.html")}
+    plan = load_plan(_write(tmp_path / "plan.yaml", spec))
+    (tmp_path / "r.md").write_text("# Hand-written\n", encoding="utf-8")
+    from quco.errors import QucoError
+
+    with pytest.raises(QucoError, match="no '<!-- results:begin"):
+        table(plan, "plan.yaml", n_boot=100)
+    assert (tmp_path / "r.md").read_text(encoding="utf-8") == "# Hand-written\n"
+
+
+@pytest.mark.model
+def test_run_then_tabulate_end_to_end_on_the_default_model(
+    tmp_path_factory: pytest.TempPathFactory, hotpot_pool_path: Path
+) -> None:
+    """`quco results run` then `quco results table` on the real default pipeline (pool world, 2 questions):
+    a calibrated row (threshold chosen on question 2 only), a control matched to it, resume, the table."""
+    from typer.testing import CliRunner
+
+    from quco.cli import app
+    from quco.signals.chance import stage_rate
+
+    tmp_path = tmp_path_factory.mktemp("plan")
+    idx = tmp_path_factory.mktemp("idx")  # the statistics engine refuses paths with 'table' in them
+    sets = [f"retriever.corpus={hotpot_pool_path}", f"retriever.index_dir={idx / 'bm25'}",
+            f"corpus_stats.index_dir={idx / 'stats'}", "generation.max_new_tokens=32", "prompt.fewshot=2"]  # fmt: skip
+    rows = [
+        {"name": "sr-rag", "label": "SR-RAG", "config": SR},
+        {"name": "quco", "label": "QuCo-RAG", "config": str(ROOT / "configs/hotpotqa/quco.yaml"),
+         "calibrate": [{"param": "entity_threshold", "target": "rate", "rate": 0.5}]},
+        {"name": "random", "label": "Random", "config": str(ROOT / "configs/hotpotqa/quco-random.yaml"),
+         "match": "quco"},
+    ]  # fmt: skip
+    spec = _plan(
+        tmp_path, rows, limit=2, baseline="sr-rag", control="random", calibration={"offset": 2, "limit": 1}
+    )
+    spec |= {"set": sets, "workers": 1, "markdown": str(tmp_path / "r.md"), "html": str(tmp_path / "r.html")}
+    plan = _write(tmp_path / "plan.yaml", spec)
+    runner = CliRunner()
+    first = runner.invoke(app, ["results", "run", str(plan), "--no-progress"])
+    assert first.exit_code == 0, first.output
+    assert "3 rows run, 0 skipped, 0 failed" in first.output
+    runs = tmp_path / "runs" / "hotpotqa"
+    calibrated = (runs / "quco.calibrated.yaml").read_text(encoding="utf-8")
+    assert "calibrated: rate 0.5 on hotpotqa questions 2:3" in calibrated
+    assert calibrated.startswith(f"# calibrated copy of {ROOT / 'configs/hotpotqa/quco.yaml'} (sha256 ")
+    quco, random = load_run(runs / "quco"), load_run(runs / "random")
+    theta = yaml.safe_load(calibrated)["params"]["entity_threshold"]
+    assert quco.config["pipeline"]["params"]["entity_threshold"] == theta
+    assert random.config["pipeline"]["params"]["match_run"] == str(runs / "quco")
+    traces = [r["trace"] for r in quco.records]
+    p1 = stage_rate(traces, "before").per_step
+    draws = [t for r in random.records for s in r["trace"]["steps"] for t in s.get("triggers", [])
+             if t.get("param") == "p_stage1"]  # fmt: skip
+    assert draws and all(t["threshold"] == pytest.approx(p1) for t in draws)
+    for run in (quco, random, load_run(runs / "sr-rag")):
+        assert len(run.records) == 2 and not any(r["error"] for r in run.records)
+    before = {name: (runs / name / "results.jsonl").read_bytes() for name in ("sr-rag", "quco", "random")}
+    second = runner.invoke(app, ["results", "run", str(plan), "--no-progress"])
+    assert second.exit_code == 0, second.output
+    assert second.output.count("2/2 questions recorded (0 now") == 3
+    assert {n: (runs / n / "results.jsonl").read_bytes() for n in before} == before
+    shown = runner.invoke(app, ["results", "table", str(plan)])
+    assert shown.exit_code == 0, shown.output
+    text = (tmp_path / "r.md").read_text(encoding="utf-8")
+    assert "3 of 3 planned rows complete" in text
+    assert text.count("| complete 2/2 |") == 3 and text.count("| pool |") == 3
+    assert "(calibrated: entity_threshold)" in text and "gemma3-270m" in text
+    assert "another config" not in text  # each run is what its row resolves to
+    assert (runs / "report.html").is_file() and (tmp_path / "r.html").is_file()
