@@ -301,7 +301,9 @@ def index_stats_cmd(
 def index_haystack_cmd(
     dataset: Annotated[
         str | None,
-        typer.Option(help="Dataset whose paragraph pool joins the articles: hotpotqa, 2wikimultihopqa or pubmedqa."),
+        typer.Option(
+            help="Dataset whose paragraph pool joins the articles: hotpotqa, 2wikimultihopqa or pubmedqa."
+        ),
     ] = None,
     pool: Annotated[Path | None, typer.Option(help="Another pool file instead of the dataset's.")] = None,
     articles: Annotated[

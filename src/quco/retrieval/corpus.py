@@ -506,7 +506,8 @@ class CorpusSource:
     def _iter_json(
         self, report: CorpusReport, bad: Callable[[int, str], None], progress: Callable[[int], None] | None
     ) -> Iterator[Passage]:
-        """A whole-file JSON document: a list of passage objects, or the wiki-summaries title->record map."""
+        """A whole-file JSON document: a list of passage objects, an object of id -> record (PubMedQA), or the
+        wiki-summaries title->record map."""
         stream, raw = self._open_binary()
         with raw, stream:
             data = stream.read()
