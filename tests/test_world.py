@@ -511,6 +511,38 @@ def test_every_pool_config_has_a_world_twin(dataset):
             assert world.params == pool.params
 
 
+def test_pubmedqa_world_configs_carry_the_hotpotqa_settings_with_pubmedqa_corpora_and_exemplars():
+    from quco.eval.cli import infer_dataset
+    from quco.methods import method_class
+
+    root = Path(__file__).resolve().parents[1] / "configs" / "world"
+    files = sorted((root / "pubmedqa").glob("*.yaml"))
+    assert {p.stem for p in files} == {
+        "wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "quco", "quco-random", "random", "dragin", "seakr"
+    }  # fmt: skip
+    for path in files:
+        cfg, hotpot = load_config(path), load_config(root / "hotpotqa" / path.name)
+        method_class(cfg.method)(cfg.params)
+        assert infer_dataset(cfg, path) == "pubmedqa"
+        assert (cfg.method, cfg.params, cfg.generation, cfg.generator) == (
+            hotpot.method,
+            hotpot.params,
+            hotpot.generation,
+            hotpot.generator,
+        ), path.name
+        assert cfg.prompt.exemplars == "builtin:pubmedqa" and cfg.prompt.fewshot == hotpot.prompt.fewshot
+        if cfg.method != "wo-rag":
+            assert cfg.retriever.corpus == "haystack:pubmedqa"
+            assert cfg.retriever.model_dump(exclude={"corpus"}) == hotpot.retriever.model_dump(
+                exclude={"corpus"}
+            )
+        if cfg.method == "quco":
+            assert cfg.corpus_stats.corpus == "wiki-articles+pool:pubmedqa"
+            assert cfg.corpus_stats.model_dump(exclude={"corpus"}) == hotpot.corpus_stats.model_dump(
+                exclude={"corpus"}
+            )
+
+
 def test_index_haystack_command(article_slices, pool_slice, tmp_path):
     from quco.cli import app
 
