@@ -1,6 +1,6 @@
 """Retrieval in the realistic world: haystack and BM25 build figures, query latency, Recall@3 pool vs haystack.
 
-Usage: python bench/bench_world_retrieval.py [--dataset hotpotqa] [--questions 300] [--build] [--bare]
+Usage: python bench/bench_world_retrieval.py [--dataset hotpotqa|pubmedqa] [--questions 300] [--build] [--bare]
 
 - The haystack and its BM25 index are the ones the world configs use (``quco index world``; QUCO_WORLD_DIR).
 - ``--build`` rebuilds the BM25 index of the haystack in a temporary directory, as a child process measured
@@ -13,6 +13,7 @@ Usage: python bench/bench_world_retrieval.py [--dataset hotpotqa] [--questions 3
   and text); "title": any top-3 passage carries the gold title (in the haystack, also a passage of that
   Wikipedia article). recall = mean share of a question's gold paragraphs found; all / any = share of
   questions with every / at least one gold paragraph found.
+- PubMedQA: Recall@3 of each question's own abstract (the pool passage: its context paragraphs), pool vs haystack.
 Prints its figures; it is not a timed test.
 """
 
@@ -100,6 +101,28 @@ def latency(retriever: BM25Retriever, questions: list[str], k: int) -> tuple[flo
     return pct(times, 0.5), pct(times, 0.95)
 
 
+def pubmed_recall(pool: BM25Retriever, world: BM25Retriever, n: int, k: int) -> None:
+    """PubMedQA: is a question's own abstract (its contexts, as the pool passage) in the top k?"""
+    records = json.loads((data_dir() / pool_for("pubmedqa").file).read_text(encoding="utf-8"))
+    rows = list(records.values())[:n]
+    questions = [r["QUESTION"] for r in rows]
+    for name, retriever in (("pool", pool), ("haystack", world)):
+        p50, p95 = latency(retriever, questions, k)
+        print(f"{name}: single query k={k}: p50 {p50:.1f} ms, p95 {p95:.1f} ms")
+    print(f"Recall@{k} of the question's own abstract, question as query, PQA-L 0-{len(rows) - 1}:")
+    for name, retriever in (("pool", pool), ("haystack", world)):
+        hits = retriever.search(questions, k)
+        found = [
+            any(norm(h.text) == norm(" ".join(r["CONTEXTS"])) for h in got)
+            for r, got in zip(rows, hits, strict=True)
+        ]
+        from_pool = sum(h.id.startswith("pubmedqa-pool:") or h.id in records for got in hits for h in got)
+        print(
+            f"  {name:<10}{100 * statistics.mean(found):6.1f}% ({sum(found)}/{len(rows)}); "
+            f"{from_pool}/{sum(map(len, hits))} retrieved passages are abstracts"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default="hotpotqa")
@@ -143,6 +166,9 @@ def main() -> None:
     pool_path = data_dir() / pool_for(args.dataset).file
     pool, _ = ensure_index(CorpusSource.resolve(pool_path), progress=False)
 
+    if args.dataset == "pubmedqa":
+        pubmed_recall(pool, world, args.questions, args.k)
+        return
     if args.dataset != "hotpotqa":
         return
     with (data_dir() / "hotpotqa/hotpot_dev_0_300_unified.jsonl").open(encoding="utf-8") as fh:

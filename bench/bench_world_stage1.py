@@ -1,9 +1,10 @@
 """QuCo-RAG's stage 1 in both worlds, without generating: how often the question's entities are rare enough.
 
-Usage: python bench/bench_world_stage1.py [--questions 100] [--datasets hotpotqa 2wikimultihopqa]
+Usage: python bench/bench_world_stage1.py [--questions 100] [--datasets hotpotqa 2wikimultihopqa pubmedqa]
 
 Stage 1 needs only the question: its entities (the configured extractor, rules by default) and their counts.
-For each dataset this takes the pool-world config (``configs/<dataset>/quco.yaml``) and its realistic twin
+For each dataset this takes the pool-world config (``configs/<dataset>/quco.yaml``; PubMedQA, which has none:
+``configs/eval/pubmedqa/quco.yaml``) and its realistic twin
 (``configs/world/<dataset>/quco.yaml``), opens (or builds) their statistics indexes as a run would, and applies
 the rule of ``methods/quco.py``: retrieve when the mean count (or rate per billion tokens) of the entities is
 below ``entity_threshold``; no entity, no retrieval; an unknown count retrieves. It prints the firing rate and,
@@ -71,8 +72,11 @@ def main() -> None:
     print(f"machine load: {os.getloadavg()}")
     for dataset in args.datasets:
         questions = [ex.question for ex in load_dataset(dataset, limit=args.questions)]
+        pool_config = CONFIGS / dataset / "quco.yaml"
+        if not pool_config.is_file():  # PubMedQA has only the evaluation-model configs in the pool world
+            pool_config = CONFIGS / "eval" / dataset / "quco.yaml"
         for world, path in (
-            ("pool", CONFIGS / dataset / "quco.yaml"),
+            ("pool", pool_config),
             ("realistic", CONFIGS / "world" / dataset / "quco.yaml"),
         ):
             cfg = load_config(path)
@@ -81,7 +85,7 @@ def main() -> None:
             fired = sum(r["fire"] for r in rows)
             no_entity = sum(not r["counts"] for r in rows)
             print(
-                f"{dataset} dev 0-{len(rows) - 1}, {world} world ({path.relative_to(CONFIGS.parent)}): stage 1 fires on "
+                f"{dataset} 0-{len(rows) - 1}, {world} world ({path.relative_to(CONFIGS.parent)}): stage 1 fires on "
                 f"{fired}/{len(rows)} questions ({no_entity} without an entity); threshold {rows[0]['threshold']:g} "
                 f"({rows[0]['unit']}); {time.perf_counter() - t:.1f} s"
             )

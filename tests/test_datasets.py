@@ -100,6 +100,25 @@ def test_pubmedqa_keeps_all_three_labels(data: Path) -> None:
     assert counts == {"yes": 164, "no": 85, "maybe": 51}
 
 
+def test_builtin_pubmedqa_exemplars_are_our_own_and_end_in_a_label(data: Path) -> None:
+    from quco.eval.metrics import normalize_answer, score_prediction
+    from quco.prompts import load_exemplars
+
+    exemplars = load_exemplars("builtin:pubmedqa")
+    assert len(exemplars) == 8
+    assert collections.Counter(e.answer for e in exemplars) == {"yes": 4, "no": 3, "maybe": 1}
+    for e in exemplars:  # the rendered answer is read back as its own label by the PubMedQA scorer
+        rendered = e.render().split("Answer:", 1)[1]
+        score = score_prediction(rendered, [e.answer], "yesnomaybe", "pubmedqa")
+        assert (score.answer, score.em, score.missing) == (e.answer, 1.0, False), e.question
+    # none comes from the 300 PQA-L questions (0-199 evaluated, 200-299 calibration), nor is close to one
+    questions = [normalize_answer(x.question) for x in load_dataset("pubmedqa")]
+    for e in exemplars:
+        mine = set(normalize_answer(e.question).split())
+        closest = max(len(mine & set(q.split())) / len(mine | set(q.split())) for q in questions)
+        assert closest < 0.3, e.question
+
+
 def test_strategyqa_bool_answers(data: Path) -> None:
     ex = load_dataset("strategyqa")
     assert len(ex) == 300

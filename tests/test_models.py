@@ -239,7 +239,7 @@ def test_eval_configs_run_every_method_on_the_evaluation_model() -> None:
         "dragin",
         "seakr",
     }
-    for dataset in ("hotpotqa", "2wikimultihopqa"):
+    for dataset in ("hotpotqa", "2wikimultihopqa", "pubmedqa"):
         files = {p.stem: p for p in (root / dataset).glob("*.yaml")}
         assert wanted <= files.keys(), dataset
         for name, path in files.items():

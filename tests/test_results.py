@@ -79,7 +79,7 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
     done = run_plan(plan, dry_run=True, echo=lambda s: None)
     assert not [d for d in done if d.action == "failed"]
     by = {(d.dataset, d.row): d for d in done}
-    for ds in ("hotpotqa", "2wikimultihopqa"):
+    for ds in ("hotpotqa", "2wikimultihopqa", "pubmedqa"):
         cmds = {row: by[(ds, row)].command for _, row in by if _ == ds}
         assert set(cmds) == {"wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "quco", "quco-llm",
                              "quco-random", "dragin", "seakr"}  # fmt: skip
@@ -90,7 +90,30 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
             assert "haystack" in cmd or "configs/world/" in cmd
         assert f"params.match_run=runs/headline/{ds}/quco" in cmds["quco-random"]
         assert "text.entity_extractor=llm" in cmds["quco-llm"]
-    assert all(by[("pubmedqa", r)].action == "skipped" for _, r in by if _ == "pubmedqa")
+        assert all(("--reprompt" in cmd) == (ds == "pubmedqa") for cmd in cmds.values())
+    assert all(f"configs/world/pubmedqa/{r}.yaml" in by[("pubmedqa", r)].command for r in ("sr-rag", "quco"))
+
+
+def test_a_dataset_that_re_prompts_runs_every_row_with_the_re_prompt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from quco.eval import results
+
+    seen: list[dict] = []
+
+    def fake_eval(*args: object, **kwargs: object) -> object:
+        seen.append(kwargs)
+        raise results.QucoError("stop here")  # the arguments are what this test is about
+
+    monkeypatch.setattr(results, "eval_command", fake_eval)
+    for flag in (True, False):
+        plan = load_plan(
+            _write(tmp_path / "p.yaml", _plan(tmp_path, [{"name": "a", "config": SR}], reprompt=flag))
+        )
+        (planned,) = run_plan(plan, dry_run=True, echo=lambda s: None)
+        assert ("--reprompt" in planned.command) == flag
+        (failed,) = run_plan(plan, echo=lambda s: None)
+        assert failed.action == "failed" and seen[-1]["reprompt"] is flag
 
 
 def test_the_cli_prints_the_headline_plan_and_refuses_a_broken_one(

@@ -162,6 +162,39 @@ def test_gz_json_list_and_tsv_give_the_same_passages(hotpot_lines: list[str], tm
         assert _passages(path) == expected, path.name
 
 
+def test_json_object_keyed_by_id(tmp_path: Path):
+    """An object of id -> record: the key is the id unless the record names one; a PubMedQA record's CONTEXTS
+    become one untitled passage (its conclusion and labels are left out)."""
+    doc = {
+        "k1": {"title": "Alpha", "text": "first"},
+        "k2": {"id": "own", "text": "second"},
+        "123": {
+            "QUESTION": "Is it?",
+            "CONTEXTS": ["Background  one.", " Results two. "],
+            "LONG_ANSWER": "It is.",
+            "final_decision": "yes",
+        },
+    }
+    path = tmp_path / "keyed.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    assert _passages(path) == [
+        Passage("k1", "Alpha", "first"),
+        Passage("own", "", "second"),
+        Passage("123", "", "Background  one. Results two."),
+    ]
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        json.dumps({"a": {"text": "ok"}, "b": {"CONTEXTS": ["x", 3]}, "c": "text"}), encoding="utf-8"
+    )
+    report = CorpusReport()
+    assert _passages(bad, on_error="skip", report=report) == [Passage("a", "", "ok")]
+    reasons = [s.reason for s in report.skipped_lines]
+    assert "'b': 'CONTEXTS' must be a list of strings" in reasons[0]
+    assert "'c': expected a JSON object" in reasons[1]
+    with pytest.raises(CorpusFormatError, match="list of passage objects or an object of id -> record"):
+        _passages(_write(tmp_path / "num.json", ["42"]))
+
+
 def test_dpr_tsv_literal(tmp_path: Path):
     path = _write(
         tmp_path / "psgs.tsv",

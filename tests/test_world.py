@@ -23,7 +23,7 @@ from quco.corpus_stats.verify import IndexScan, positions, window_rule, window_s
 from quco.errors import CorpusFormatError
 from quco.retrieval import BM25Retriever, CorpusReport, CorpusSource, corpus_docs
 from quco.retrieval.bm25 import ensure_index
-from quco.retrieval.corpus import CorpusSet, resolve_corpus
+from quco.retrieval.corpus import CorpusSet, file_sha256, resolve_corpus
 from quco.world import guard
 from quco.world.haystack import HaystackManifest, ensure_haystack, plan
 from quco.world.sources import ARTICLE_FILES, ARTICLE_SHA256, POOLS
@@ -167,6 +167,69 @@ def test_haystack_is_a_retrieval_corpus_with_its_indexes_inside(haystack, hotpot
     assert any(h.id.startswith("hotpotqa-pool:") and h.title in {g["title"] for g in gold} for h in hits)
 
 
+# -- PubMedQA: abstracts as needles ---------------------------------------------------------------------------
+
+N_PUBMED = 6
+
+
+@pytest.fixture(scope="module")
+def pubmed_slice(data_root: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The first PQA-L records, in the file's own shape (an object keyed by PMID)."""
+    records = json.loads((data_root / POOLS["pubmedqa"].file).read_text(encoding="utf-8"))
+    head = dict(islice(records.items(), N_PUBMED))
+    path = tmp_path_factory.mktemp("pubmed") / "pqal.json"
+    path.write_text(json.dumps(head, indent=4), encoding="utf-8")
+    return path, head
+
+
+def test_pubmedqa_pool_is_the_pqal_file_with_every_record(data_root):
+    pool = POOLS["pubmedqa"]
+    path = data_root / pool.file
+    assert file_sha256(path) == pool.sha256 and pool.holds_evaluated_gold
+    report = CorpusReport()
+    passages = list(CorpusSource.resolve(path).iter_passages(report=report))
+    records = json.loads(path.read_text(encoding="utf-8"))
+    assert len(passages) == pool.records == len(records) == report.passages and report.skipped == 0
+    assert [p.id for p in passages] == list(records)  # PMIDs, file order
+
+
+def test_pubmedqa_haystack_holds_the_abstracts_without_conclusions_or_labels(
+    article_slices, pubmed_slice, tmp_path
+):
+    path, records = pubmed_slice
+    target, manifest, reused = ensure_haystack(
+        plan("pubmed", articles=article_slices, pool=path), tmp_path / "hs", progress=False
+    )
+    assert not reused and manifest.name == "wiki-articles+pubmedqa-pool"
+    assert manifest.sources[-1].dataset == "pubmedqa" and manifest.sources[-1].records == N_PUBMED
+    body = _rows(target / manifest.file)[1:]
+    needles = body[manifest.article_passages :]
+    assert len(needles) == manifest.pool_passages == N_PUBMED
+    assert [r[0] for r in needles] == [f"pubmedqa-pool:{i}" for i in range(1, N_PUBMED + 1)]
+    for (_, text, title), rec in zip(needles, records.values(), strict=True):
+        assert title == ""  # PQA-L records carry no title (their question is made from it)
+        assert text == " ".join(" ".join(rec["CONTEXTS"]).split())  # every context paragraph, in order
+        assert " ".join(rec["LONG_ANSWER"].split()) not in text  # the conclusion would give the answer away
+        assert rec["QUESTION"] not in text
+    # BM25 over the slice, top 3 for each question: five questions find their own abstract among the article
+    # passages. The sixth ("Double balloon enteroscopy: ...?") does not: its abstract only says "DBE".
+    retriever, _ = ensure_index(CorpusSource.resolve(str(target)), progress=False)
+    found = [
+        i
+        for i, rec in enumerate(records.values(), start=1)
+        if f"pubmedqa-pool:{i}" in {h.id for h in retriever.search([rec["QUESTION"]], 3)[0]}
+    ]
+    assert found == [1, 2, 3, 4, 5]
+
+
+def test_pubmedqa_statistics_documents_leave_the_conclusions_out(pubmed_slice):
+    path, records = pubmed_slice
+    docs = list(corpus_docs(str(path)))
+    assert [d for d, _ in docs] == list(records)
+    for (_, text), rec in zip(docs, records.values(), strict=True):
+        assert text.split() == " ".join(rec["CONTEXTS"]).split()  # the contexts alone, no title line
+
+
 # -- corpora of several files ------------------------------------------------------------------------------------
 
 
@@ -198,6 +261,9 @@ def test_world_corpus_names_resolve_to_the_data_files(data_root):
     both = resolve_corpus("wiki-articles+pool:2wiki")
     assert both.parts[-1].path == (data_root / POOLS["2wikimultihopqa"].file).resolve()
     assert both.expected_docs == 30539 + 6119 and both.index_home.name == "2wikimultihopqa"
+    pubmed = resolve_corpus("wiki-articles+pool:pubmed")
+    assert pubmed.parts[-1].path == (data_root / POOLS["pubmedqa"].file).resolve()
+    assert pubmed.expected_docs == 30539 + 300 and pubmed.index_home.name == "pubmedqa"
     with pytest.raises(Exception, match="no paragraph pool"):
         resolve_corpus("wiki-articles+pool:musique")
 
@@ -315,6 +381,8 @@ def test_classification_rule():
     assert guard.classify([*arts, pool]) == "realistic"
     assert guard.classify([*arts[:3], pool]) == "other"  # part of the articles only
     assert guard.classify([*arts, {"role": "other", "sha256": "x"}]) == "other"
+    pubmed = {"role": "pool", "sha256": POOLS["pubmedqa"].sha256, "dataset": "pubmedqa"}
+    assert guard.classify([pubmed]) == "pool" and guard.classify([*arts, pubmed]) == "realistic"
 
 
 def test_run_records_its_world_and_refuses_a_changed_corpus(hotpot_pool_path, pool_slice, tmp_path):
@@ -441,6 +509,38 @@ def test_every_pool_config_has_a_world_twin(dataset):
             )
         else:
             assert world.params == pool.params
+
+
+def test_pubmedqa_world_configs_carry_the_hotpotqa_settings_with_pubmedqa_corpora_and_exemplars():
+    from quco.eval.cli import infer_dataset
+    from quco.methods import method_class
+
+    root = Path(__file__).resolve().parents[1] / "configs" / "world"
+    files = sorted((root / "pubmedqa").glob("*.yaml"))
+    assert {p.stem for p in files} == {
+        "wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "quco", "quco-random", "random", "dragin", "seakr"
+    }  # fmt: skip
+    for path in files:
+        cfg, hotpot = load_config(path), load_config(root / "hotpotqa" / path.name)
+        method_class(cfg.method)(cfg.params)
+        assert infer_dataset(cfg, path) == "pubmedqa"
+        assert (cfg.method, cfg.params, cfg.generation, cfg.generator) == (
+            hotpot.method,
+            hotpot.params,
+            hotpot.generation,
+            hotpot.generator,
+        ), path.name
+        assert cfg.prompt.exemplars == "builtin:pubmedqa" and cfg.prompt.fewshot == hotpot.prompt.fewshot
+        if cfg.method != "wo-rag":
+            assert cfg.retriever.corpus == "haystack:pubmedqa"
+            assert cfg.retriever.model_dump(exclude={"corpus"}) == hotpot.retriever.model_dump(
+                exclude={"corpus"}
+            )
+        if cfg.method == "quco":
+            assert cfg.corpus_stats.corpus == "wiki-articles+pool:pubmedqa"
+            assert cfg.corpus_stats.model_dump(exclude={"corpus"}) == hotpot.corpus_stats.model_dump(
+                exclude={"corpus"}
+            )
 
 
 def test_index_haystack_command(article_slices, pool_slice, tmp_path):

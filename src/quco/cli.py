@@ -301,7 +301,9 @@ def index_stats_cmd(
 def index_haystack_cmd(
     dataset: Annotated[
         str | None,
-        typer.Option(help="Dataset whose paragraph pool joins the articles: hotpotqa or 2wikimultihopqa."),
+        typer.Option(
+            help="Dataset whose paragraph pool joins the articles: hotpotqa, 2wikimultihopqa or pubmedqa."
+        ),
     ] = None,
     pool: Annotated[Path | None, typer.Option(help="Another pool file instead of the dataset's.")] = None,
     articles: Annotated[
@@ -331,7 +333,7 @@ def index_haystack_cmd(
 @index_app.command("world")
 @friendly_errors
 def index_world_cmd(
-    dataset: Annotated[str, typer.Option(help="hotpotqa or 2wikimultihopqa.")],
+    dataset: Annotated[str, typer.Option(help="hotpotqa, 2wikimultihopqa or pubmedqa.")],
     tokenizer: Annotated[
         str, typer.Option(help="Corpus-statistics tokenizer: wordpiece, bytes, or a file.")
     ] = "wordpiece",

@@ -99,6 +99,9 @@ class DatasetPlan(_Strict):
     calibration: Span | None = None  # where calibrated thresholds come from (outside the evaluated questions)
     baseline: str | None = None  # the row every row is tested against (SR-RAG)
     control: str | None = None  # the matched random control every row is tested against
+    # The re-prompting answer protocol (`quco eval --reprompt`) on a dataset whose default is strict, so that it
+    # is scored as the datasets whose default re-prompts.
+    reprompt: bool = False
     note: str | None = None
     rows: list[Row] = Field(default_factory=list)
 

@@ -109,6 +109,8 @@ def eval_argv(plan: Plan, ds: DatasetPlan, row: Row, config: Path) -> list[str]:
     argv = ["quco", "eval", "--config", str(config), "--dataset", ds.name]
     argv += ["--offset", str(span.offset), "--limit", str(span.limit), "--out", str(plan.run_dir(ds, row))]
     argv += ["--label", row.title]
+    if ds.reprompt:
+        argv.append("--reprompt")
     if plan.workers is not None:
         argv += ["--workers", str(plan.workers)]
     for s in row_overrides(plan, ds, row):
@@ -236,6 +238,7 @@ def run_plan(
             summary = eval_command(
                 config, ds.name, span.limit, span.offset, plan.run_dir(ds, row), plan.workers,
                 sets=row_overrides(plan, ds, row), label=row.title, progress=progress,
+                reprompt=ds.reprompt,
             )  # fmt: skip
         except QucoError as exc:
             done.append(RowRun(ds.name, row.name, "failed", str(exc)))

@@ -22,6 +22,11 @@ from quco.retrieval.base import Passage
 _BUILTIN_EXEMPLARS = {
     "hotpotqa": "exemplars_hotpotqa.json",
     "2wikimultihopqa": "exemplars_2wikimultihopqa.json",
+    # Eight short biomedical yes/no/maybe questions written for this project (4 yes, 3 no, 1 maybe, close to
+    # PQA-L's label mix). None is taken from, or paraphrases, a PubMedQA question: PQA-L records 0-199 are
+    # evaluated and 200-299 calibrate, so exemplars from either would leak. Each ends "So the answer is
+    # yes|no|maybe.", the label the scorer reads first after "answer is".
+    "pubmedqa": "exemplars_pubmedqa.json",
 }
 
 
@@ -98,7 +103,8 @@ def _find_list(data: Any, key: str | None) -> list[dict[str, Any]]:
 
 @lru_cache(maxsize=32)
 def load_exemplars(spec: str) -> tuple[Exemplar, ...]:
-    """``builtin:hotpotqa``, ``builtin:2wikimultihopqa``, or ``FILE[#SET]`` (JSON list, JSONL, or a class map)."""
+    """``builtin:hotpotqa``, ``builtin:2wikimultihopqa``, ``builtin:pubmedqa``, or ``FILE[#SET]`` (JSON list,
+    JSONL, or a class map)."""
     if spec.startswith("builtin:"):
         name = spec.split(":", 1)[1]
         if name not in _BUILTIN_EXEMPLARS:

@@ -506,7 +506,8 @@ class CorpusSource:
     def _iter_json(
         self, report: CorpusReport, bad: Callable[[int, str], None], progress: Callable[[int], None] | None
     ) -> Iterator[Passage]:
-        """A whole-file JSON document: a list of passage objects, or the wiki-summaries title->record map."""
+        """A whole-file JSON document: a list of passage objects, an object of id -> record (PubMedQA), or the
+        wiki-summaries title->record map."""
         stream, raw = self._open_binary()
         with raw, stream:
             data = stream.read()
@@ -531,8 +532,12 @@ class CorpusSource:
             items: Any = doc.items()
         elif isinstance(doc, list):
             items = ((None, rec) for rec in doc)
+        elif isinstance(doc, dict):  # records keyed by id, e.g. PubMedQA's PMID -> record
+            items = doc.items()
         else:
-            raise CorpusFormatError(f"corpus {self.path}: expected a JSON list of passage objects")
+            raise CorpusFormatError(
+                f"corpus {self.path}: expected a JSON list of passage objects or an object of id -> record"
+            )
         for n, (key, rec) in enumerate(items, start=1):
             report.lines_read = n
             if self.format == "wiki-summaries":
@@ -541,9 +546,28 @@ class CorpusSource:
                     continue
                 rec = {"id": key, "title": rec.get("title", key), "text": rec.get("extract")}
             try:
+                if self.format != "wiki-summaries" and key is not None:
+                    rec = _keyed_record(key, rec)
                 yield _record_to_passage(rec, str(n))
             except _BadRecord as exc:
                 bad(n, str(exc) if key is None else f"{key!r}: {exc}")
+
+
+def _keyed_record(key: str, rec: Any) -> dict[str, Any]:
+    """A record of an id-keyed JSON object as a passage record; the key is its id unless it names one.
+
+    A PubMedQA record (``CONTEXTS``: the abstract's paragraphs except its conclusion) becomes one passage: the
+    paragraphs joined, without a title (PQA-L records carry none; their question is derived from the title).
+    The conclusion (``LONG_ANSWER``) and the labels are left out.
+    """
+    if not isinstance(rec, dict):
+        raise _BadRecord(f"expected a JSON object, got {type(rec).__name__}")
+    contexts = rec.get("CONTEXTS")
+    if _first_key(rec, _TEXT_KEYS) is None and isinstance(contexts, list):
+        if not all(isinstance(c, str) for c in contexts):
+            raise _BadRecord("'CONTEXTS' must be a list of strings")
+        return {"id": key, "title": "", "text": " ".join(c.strip() for c in contexts)}
+    return rec if _first_key(rec, _ID_KEYS) is not None else {"id": key, **rec}
 
 
 def document_text(passage: Passage) -> str:

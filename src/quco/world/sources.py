@@ -33,7 +33,7 @@ class Pool:
     sha256: str
     records: int
     description: str
-    # Whether the gold paragraphs of the evaluated questions (dev 0-299) are in the pool.
+    # Whether the gold paragraphs of the evaluated questions (rows 0-299 of the data) are in the pool.
     holds_evaluated_gold: bool
 
 
@@ -55,8 +55,24 @@ POOLS: dict[str, Pool] = {
         "the gold paragraphs of dev questions 0-999",
         False,
     ),
+    # PubMedQA has no separate paragraph file: the pool is the PQA-L file itself, read as one passage per
+    # abstract (its context paragraphs joined; no title, no conclusion; see retrieval.corpus).
+    "pubmedqa": Pool(
+        "pubmedqa",
+        "pubmedqa/ori_pqal_0_300.json",
+        "c4f5686c7777c099b626fedf9bf32897d3e7a084d1db93a492371bc7f7fee1f5",
+        300,
+        "the context paragraphs of the abstracts of PubMedQA PQA-L questions 0-299, one passage per abstract "
+        "(conclusions left out)",
+        True,
+    ),
 }
-_ALIASES = {"hotpot": "hotpotqa", "2wiki": "2wikimultihopqa", "wikimultihopqa": "2wikimultihopqa"}
+_ALIASES = {
+    "hotpot": "hotpotqa",
+    "2wiki": "2wikimultihopqa",
+    "wikimultihopqa": "2wikimultihopqa",
+    "pubmed": "pubmedqa",
+}
 
 
 def pool_for(dataset: str) -> Pool:
