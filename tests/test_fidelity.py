@@ -206,6 +206,39 @@ def test_quco_filters_chatty_sentences_from_a_regeneration(real_parts) -> None:
     assert trace.steps[0].kept == "Scott Derrickson was born in Denver. So the answer is yes."
 
 
+def test_quco_stage_two_query_and_passage_options(real_parts) -> None:
+    """Ours, off by default: the question before "head relation", and new passages merged before the old."""
+    draft = "Scott Derrickson was born in Stockholm. So the answer is no."
+    regenerated = "Scott Derrickson was born in Denver. So the answer is yes."
+    runs = {}
+    for query, passages in (
+        ("head_relation", "replace"),
+        ("question_head_relation", "replace"),
+        ("head_relation", "merge"),
+    ):
+        pipe, gen = make_pipeline(
+            real_parts, "quco", [draft, regenerated], entity_threshold=1e12,
+            sentence_query=query, stage2_passages=passages,
+        )  # fmt: skip
+        trace = pipe.answer(QUESTION)
+        before, step = trace.steps[0], trace.steps[1]
+        assert before.decision == "retrieve" and step.decision == "retrieve"
+        runs[query, passages] = (before, step, gen.prompts[-1])
+    _, step, _ = runs["head_relation", "replace"]
+    assert step.queries == ["Scott Derrickson born in"]
+    _, step, _ = runs["question_head_relation", "replace"]
+    assert step.queries == [f"{QUESTION} Scott Derrickson born in"]
+    for passages in ("replace", "merge"):
+        before, step, regen = runs["head_relation", passages]
+        new_ids = [r.id for r in step.retrieved]
+        old_ids = [r.id for r in before.retrieved if r.id not in new_ids]
+        assert old_ids
+        listed = regen.split("Background passages")[-1].split("Answer the question below")[0]
+        shown = sum(f"[{i}] " in listed for i in range(1, 20))
+        # replace: the regeneration reads only the stage-2 passages; merge: the question's ones after them
+        assert shown == len(new_ids) + (len(old_ids) if passages == "merge" else 0)
+
+
 def test_quco_stage_one_without_an_entity_does_not_retrieve(real_parts) -> None:
     """Published: no entity (or an extraction that fails) leaves the question without stage-1 retrieval."""
     pipe, gen = make_pipeline(real_parts, "quco", ["So the answer is yes."])

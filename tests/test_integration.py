@@ -57,11 +57,10 @@ def test_quco_stage1_and_stage2_on_hotpotqa(quco_pipe: Pipeline, hotpot_dev: lis
         check_counters(trace)
         before = trace.steps[0]
         assert before.stage == "before"
-        if "mean_count" in before.signals:
-            fired = before.signals["mean_count"] < before.signals["threshold"]
-            assert (before.decision == "retrieve") == fired
-            if fired:
-                assert before.queries == [row["question"]] and before.retrieved
+        stage1 = before.triggers[0]
+        assert stage1.signal == "mean_entity_count" and (before.decision == "retrieve") == stage1.fired
+        if stage1.fired:
+            assert before.queries == [row["question"]] and before.retrieved
         for step in trace.steps[1:]:
             for sent in step.signals.get("sentences", []):
                 for claim in sent.get("claims", []):
@@ -76,6 +75,30 @@ def test_quco_stage1_and_stage2_on_hotpotqa(quco_pipe: Pipeline, hotpot_dev: lis
         n_entities = len(before.signals.get("entity_counts", []))
         assert trace.counters.corpus_queries == n_entities + n_claims
     assert saw_stage2_check
+
+
+def test_quco_options_of_ours_on_the_default_model(overrides: dict, hotpot_dev: list[dict]) -> None:
+    """The rarest entity decides stage 1; stage-2 queries start with the question; passages are merged."""
+    opts = {
+        "params.entity_aggregate": "min",
+        "params.entity_threshold": 1e12,
+        "params.cooccurrence_threshold": 1e12,  # every claim is flagged
+        "params.head_threshold": 1e12,
+        "params.sentence_query": "question_head_relation",
+        "params.stage2_passages": "merge",
+    }
+    pipe = Pipeline.from_config(load_config(overrides=overrides | opts, method="quco"), progress=False)
+    stage2 = []
+    for row in hotpot_dev[:2]:  # the model states no claim on the first question, one on the second
+        trace = pipe.answer(row["question"])
+        check_counters(trace)
+        stage1 = trace.steps[0].triggers[0]
+        counts = [c["count"] for c in trace.steps[0].signals["entity_counts"]]
+        assert stage1.signal == "min_entity_count" and stage1.scores == [min(counts)] and stage1.fired
+        queries = [q for s in trace.steps[1:] if s.decision == "retrieve" for q in s.queries]
+        assert all(q.startswith(row["question"]) for q in queries)
+        stage2 += queries
+    assert stage2
 
 
 def test_quco_long_question_is_truncated_and_noted(quco_pipe: Pipeline) -> None:

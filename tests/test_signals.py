@@ -322,6 +322,11 @@ def test_quco_stage_rules():
         and stage1.reason == "mean entity count 200 < 250"
     )
     assert not entity_rarity([100.0, 300.0], 150.0, "count", True).record.fired
+    rarest = entity_rarity([100.0, 300.0], 150.0, "count", True, "min")  # ours: the rarest entity decides
+    assert rarest.record.signal == "min_entity_count" and rarest.record.scores == [100.0]
+    assert rarest.record.fired and rarest.reason == "min entity count 100 < 150"
+    with pytest.raises(ValueError, match="aggregate"):
+        entity_rarity([1.0], 1.0, "count", True, "median")
     # an unknown count fires under the policy "retrieve" whatever the threshold, not under "keep"
     assert entity_rarity([None, 300.0], 1.0, "count", True).record.forced == [0]
     assert not entity_rarity([None, 300.0], 1.0, "count", False).record.fired

@@ -214,6 +214,11 @@ class _Loop:
             self.pending = rest
         return regen.finish_reason in ("eos", "stop") and not rest
 
+    def merged(self, new_docs: list[Passage]) -> list[Passage]:
+        """The new passages first, then the current ones they do not repeat."""
+        have = {d.id for d in new_docs}
+        return new_docs + [d for d in self.docs if d.id not in have]
+
     def per_passage(self, draft: Draft, check: Check, new_docs: list[Passage], step: Step) -> bool:
         """Write the unit once per new passage and keep the method's choice; True if the method stops."""
         have = {d.id for d in self.docs}
@@ -264,7 +269,7 @@ class _Loop:
                     stop = self.per_passage(draft, check, new_docs, step) or stop
                 else:
                     if new_docs:
-                        self.docs = new_docs
+                        self.docs = self.merged(new_docs) if shape.merge_passages else new_docs
                     if shape.keep_rule != "draft":
                         ended = self.regenerate(step) or ended
             else:

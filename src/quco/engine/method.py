@@ -47,6 +47,8 @@ class Shape:
     # Per-passage regeneration: after a check fires, the unit is written again once per new passage (up to this
     # many; -1: all), and the method's ``choose`` keeps one (SeaKR's self-aware re-ranking). 0: off.
     per_passage: int = 0
+    # A check's new passages go before the current ones instead of replacing them (duplicates dropped).
+    merge_passages: bool = False
     # The token budget's meaning when the config does not set one: "per_call" as the DRAGIN / QuCo-RAG code
     # (every call gets the whole budget; stop once the prediction exceeds it), or "prediction".
     budget: Budget = "per_call"

@@ -58,15 +58,17 @@ def records_of(
 
 def question_frequency(rec: dict[str, Any], stat: str = "mean") -> float | None:
     """Corpus frequency of a question's entities from its stage-1 record: their mean (default) or minimum count."""
-    for step, record in records_of(rec, "mean_entity_count"):
-        if stat == "mean":
+    for step, record in records_of(rec, param="entity_threshold"):
+        if record.signal == f"{stat}_entity_count":
             return record.scores[0] if record.scores else None
         counts = [
             float(c["count"])
             for c in step.signals.get("entity_counts", [])
             if c.get("count") is not None and c.get("status", "ok") == "ok"
         ]
-        return float(min(counts)) if counts else None
+        if not counts:
+            return None
+        return float(min(counts)) if stat == "min" else sum(counts) / len(counts)
     return None
 
 

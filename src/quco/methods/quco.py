@@ -83,6 +83,9 @@ class QuCoParams(MethodParams):
     # Stage 1: mean corpus count of the question's entities below this => retrieve with the question.
     # Published: 100000 for HotpotQA, 1000 for 2WikiMultihopQA, on a 4.6T-token index.
     entity_threshold: float = 100000
+    # How the entities' counts become the one stage-1 score: "mean" (published) or "min" (ours: the rarest
+    # entity decides, so one common word in the question cannot hide a rare name).
+    entity_aggregate: Literal["mean", "min"] = "mean"
     # "count": thresholds are absolute counts; "per_billion": occurrences per billion tokens of the index,
     # so a threshold set on the hosted index transfers to a local index of another size.
     threshold_unit: Literal["count", "per_billion"] = "count"
@@ -93,7 +96,13 @@ class QuCoParams(MethodParams):
     # this is flagged (published: 20 and 1, i.e. zero co-occurrence).
     head_threshold: float = 20
     cooccurrence_threshold: float = 1
-    sentence_query: Literal["head_relation", "full_triplet", "original_sentence"] = "head_relation"
+    # The stage-2 query per flagged claim: "head relation" (published), the whole claim, the flagged sentence,
+    # or (ours) the question followed by "head relation".
+    sentence_query: Literal[
+        "head_relation", "full_triplet", "original_sentence", "question_head_relation"
+    ] = "head_relation"
+    # The stage-2 passages replace the passages the regeneration reads (published), or (ours) go before them.
+    stage2_passages: Literal["replace", "merge"] = "replace"
     max_queries: int = Field(-1, ge=-1)  # -1 (or 0): every flagged claim becomes a query
     negation_phrases: list[str] = Field(default_factory=lambda: list(NEGATION_PHRASES))
     chatty_phrases: list[str] = Field(default_factory=lambda: list(CHATTY_PHRASES))
@@ -117,7 +126,8 @@ class QuCoRAG(Method):
 
     @property
     def shape(self) -> Shape:
-        return replace(self.SHAPE, draft_docs="latest") if self.params.carry_passages else self.SHAPE
+        shape = replace(self.SHAPE, draft_docs="latest") if self.params.carry_passages else self.SHAPE
+        return replace(shape, merge_passages=self.params.stage2_passages == "merge")
 
     def clean(self, sentences: list[str]) -> list[str]:
         """Drop chatty sentences, as the published code filters every generation."""
@@ -148,7 +158,9 @@ class QuCoRAG(Method):
                 count_record(r) | {"entity": e} for e, r in zip(entities, results, strict=True)
             ]
         values = [count_value(r, p.threshold_unit) for r in results]
-        verdict = entity_rarity(values, p.entity_threshold, p.threshold_unit, self._unknown_retrieves(ctx))
+        verdict = entity_rarity(
+            values, p.entity_threshold, p.threshold_unit, self._unknown_retrieves(ctx), p.entity_aggregate
+        )
         query = question if p.question_query == "direct" else " ".join(entities)
         return Decision(
             verdict.record.fired,
@@ -159,16 +171,18 @@ class QuCoRAG(Method):
         )
 
     # -- stage 2 -------------------------------------------------------------------------------------
-    def _query_for(self, t: Triplet, sentence: str) -> str:
+    def _query_for(self, t: Triplet, sentence: str, question: str) -> str:
         mode = self.params.sentence_query
         if mode == "head_relation":
             return f"{t.head} {t.relation}".strip()
+        if mode == "question_head_relation":
+            return f"{question} {t.head} {t.relation}".strip()
         if mode == "full_triplet":
             return " ".join(t.as_list())
         return sentence
 
-    def _queries(self, flagged: list[Triplet], sentence: str) -> list[str]:
-        queries = list(dict.fromkeys(self._query_for(t, sentence) for t in flagged))
+    def _queries(self, flagged: list[Triplet], sentence: str, question: str) -> list[str]:
+        queries = list(dict.fromkeys(self._query_for(t, sentence, question) for t in flagged))
         return queries[: self.params.max_queries] if self.params.max_queries > 0 else queries
 
     def _judge(self, sentence: str, question: str, index: int, ctx: RunContext) -> Verdict:
@@ -203,7 +217,7 @@ class QuCoRAG(Method):
             if first["status"] == "ok"
             else f"count of {first['triplet']} unknown; policy: retrieve"
         )
-        return Verdict({"claims": records}, claims, self._queries(flagged, sentence), why)
+        return Verdict({"claims": records}, claims, self._queries(flagged, sentence, question), why)
 
     def _records(self, verdicts: list[Verdict], question: str, ctx: RunContext) -> list[TriggerRecord]:
         p = self.params

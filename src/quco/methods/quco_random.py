@@ -105,7 +105,7 @@ class QuCoRandom(QuCoRAG):
             return Verdict({}, draw=u)
         with ctx.timed("extraction"):
             triplets = ctx.parts.text.triplets.triplets(sentence, ctx.llm_call("extractor"))
-        queries = self._queries(triplets, sentence) if triplets else [sentence]
+        queries = self._queries(triplets, sentence, question) if triplets else [sentence]
         detail = {"claims": [{"triplet": t.as_list()} for t in triplets]}
         return Verdict(detail, queries=queries, reason=f"draw {round(u, 6):g} < p = {self.p2:g}", draw=u)
 

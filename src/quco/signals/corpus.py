@@ -57,15 +57,25 @@ class EntityRarity:
 
 
 def entity_rarity(
-    values: Sequence[float | None], threshold: float, unit: str, unknown_retrieves: bool
+    values: Sequence[float | None],
+    threshold: float,
+    unit: str,
+    unknown_retrieves: bool,
+    aggregate: str = "mean",
 ) -> EntityRarity:
-    """Stage 1 from the entities' values (None: unknown); an empty ``values`` means no entity was found."""
+    """Stage 1 from the entities' values (None: unknown); an empty ``values`` means no entity was found.
+
+    ``aggregate`` is how the known values become the one score compared with the threshold: their mean (the
+    published rule) or their minimum (the rarest entity decides; an option of ours).
+    """
+    if aggregate not in ("mean", "min"):
+        raise ValueError(f"unknown entity aggregate '{aggregate}'; use 'mean' or 'min'")
     known = [v for v in values if v is not None]
     unknown = len(values) - len(known)
-    mean = sum(known) / len(known) if known else None
+    mean = (sum(known) / len(known) if aggregate == "mean" else min(known)) if known else None
     forced = [0] if unknown and unknown_retrieves else []
     record = TriggerRecord.decide(
-        "mean_entity_count",
+        f"{aggregate}_entity_count",
         "below",
         threshold,
         [mean],
@@ -81,9 +91,9 @@ def entity_rarity(
     elif mean is None:
         reason = "no entity count available; policy: keep"
     elif record.fired:
-        reason = f"mean entity count {mean:g} < {threshold:g}"
+        reason = f"{aggregate} entity count {mean:g} < {threshold:g}"
     else:
-        reason = f"mean entity count {mean:g} >= {threshold:g}"
+        reason = f"{aggregate} entity count {mean:g} >= {threshold:g}"
     return EntityRarity(record, mean, unknown, reason)
 
 
