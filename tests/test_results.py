@@ -81,7 +81,7 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
     by = {(d.dataset, d.row): d for d in done}
     for ds in ("hotpotqa", "2wikimultihopqa", "pubmedqa"):
         cmds = {row: by[(ds, row)].command for _, row in by if _ == ds}
-        assert set(cmds) == {"wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "quco", "quco-llm",
+        assert set(cmds) == {"wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "quco", "quco-published", "quco-llm",
                              "quco-random", "dragin", "seakr"}  # fmt: skip
         for row, cmd in cmds.items():
             assert "--set generator.model=qwen2.5-1.5b-instruct" in cmd

@@ -7,6 +7,7 @@ import csv
 import gzip
 import json
 import random
+import re
 from itertools import islice
 from pathlib import Path
 
@@ -469,15 +470,44 @@ def test_bm25_vocabulary_matches_the_query_analyzer(pool_slice, tmp_path):
 # -- the world's configs -------------------------------------------------------------------------------------
 
 
+REF_BILLIONS = 4_610_629_088_477 / 1e9  # the OLMo-2 index the published counts were set on
+
+
+def assert_published_thresholds(params: dict, entity_count: float) -> None:
+    """The faithful preset: the published counts as rates per billion tokens."""
+    assert params["threshold_unit"] == "per_billion"
+    assert params["entity_threshold"] == pytest.approx(entity_count / REF_BILLIONS, rel=1e-4)
+    assert_published_stage2(params)
+
+
+def assert_published_stage2(params: dict) -> None:
+    assert params["threshold_unit"] == "per_billion"
+    assert params["head_threshold"] == pytest.approx(20 / REF_BILLIONS, rel=1e-4)
+    assert params["cooccurrence_threshold"] == pytest.approx(1 / REF_BILLIONS, rel=1e-4)
+
+
+def assert_calibrated_outside_evaluation(path: Path) -> None:
+    """A calibrated stage-1 threshold names its split, and the split is outside every evaluated range (0-199)."""
+    line = next(x for x in path.read_text(encoding="utf-8").splitlines() if "entity_threshold:" in x)
+    note = re.search(r"# calibrated: rate [0-9.]+ on \S+ questions (\d+):(\d+)", line)
+    assert note, line
+    assert int(note.group(1)) >= 200
+
+
 @pytest.mark.parametrize("dataset", ["hotpotqa", "2wikimultihopqa"])
 def test_every_pool_config_has_a_world_twin(dataset):
+    """Each pool config has a realistic-world twin of the same name, and QuCo-RAG also has the faithful preset
+    (``quco-published.yaml``, the twin of the pool's ``quco.yaml``)."""
     from quco.methods import method_class
 
     root = Path(__file__).resolve().parents[1] / "configs"
     pool_files = sorted((root / dataset).glob("*.yaml"))
     world_files = sorted((root / "world" / dataset).glob("*.yaml"))
-    assert [p.name for p in world_files] == [p.name for p in pool_files]
-    for pool_path, world_path in zip(pool_files, world_files, strict=True):
+    assert sorted(p.name for p in world_files) == sorted(
+        [p.name for p in pool_files] + ["quco-published.yaml"]
+    )
+    for world_path in world_files:
+        pool_path = root / dataset / world_path.name.replace("quco-published", "quco")
         pool, world = load_config(pool_path), load_config(world_path)
         method_class(world.method)(world.params)  # parameters valid
         assert (
@@ -488,15 +518,11 @@ def test_every_pool_config_has_a_world_twin(dataset):
         if world.method != "wo-rag":
             assert world.retriever.corpus == f"haystack:{dataset}"
         if world.method == "quco":
-            p = world.params
-            assert p["threshold_unit"] == "per_billion"
-            ref = 4_610_629_088_477 / 1e9  # the published counts on the OLMo-2 index, as rates
-            for key, published in (
-                ("entity_threshold", pool.params["entity_threshold"]),
-                ("head_threshold", 20),
-            ):
-                assert p[key] == pytest.approx(published / ref, rel=1e-4)
-            assert p["cooccurrence_threshold"] == pytest.approx(1 / ref, rel=1e-4)
+            if world_path.name == "quco.yaml":  # the default: stage 1 calibrated on our corpus
+                assert_published_stage2(world.params)
+                assert_calibrated_outside_evaluation(world_path)
+            else:
+                assert_published_thresholds(world.params, pool.params["entity_threshold"])
             assert world.corpus_stats.corpus == f"wiki-articles+pool:{dataset}"
             assert (
                 world.corpus_stats.cooccurrence == "window_exact"
@@ -518,12 +544,16 @@ def test_pubmedqa_world_configs_carry_the_hotpotqa_settings_with_pubmedqa_corpor
     root = Path(__file__).resolve().parents[1] / "configs" / "world"
     files = sorted((root / "pubmedqa").glob("*.yaml"))
     assert {p.stem for p in files} == {
-        "wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "quco", "quco-random", "random", "dragin", "seakr"
+        "wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "quco", "quco-published", "quco-random", "random",
+        "dragin", "seakr",
     }  # fmt: skip
     for path in files:
         cfg, hotpot = load_config(path), load_config(root / "hotpotqa" / path.name)
         method_class(cfg.method)(cfg.params)
         assert infer_dataset(cfg, path) == "pubmedqa"
+        if path.name == "quco.yaml":  # its own stage-1 threshold, calibrated on PQA-L 200-299
+            assert_calibrated_outside_evaluation(path)
+            cfg.params.pop("entity_threshold"), hotpot.params.pop("entity_threshold")
         assert (cfg.method, cfg.params, cfg.generation, cfg.generator) == (
             hotpot.method,
             hotpot.params,
