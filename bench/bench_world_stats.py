@@ -103,6 +103,14 @@ def rusage_children() -> tuple[float, float]:
     return ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
 
 
+def timed_child(cmd: list[str]) -> tuple[float, float]:
+    """Run ``cmd`` to completion; its wall seconds and the CPU seconds of its process tree."""
+    cpu0, _ = rusage_children()
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t, rusage_children()[0] - cpu0
+
+
 # The engine's own indexing script end to end: its step 1 (a fork pool of --cpus workers, one ``encode`` per
 # document line) and its suffix-array build. Its tokenizer choices are hub downloads (gpt2, llama, olmo), so the
 # script gets the index's own tokenizer in place of "gpt2"; everything else runs as shipped.
@@ -137,16 +145,12 @@ def bare_engine_script(index: Path, docs: Any) -> None:
             str(work / "idx"), "--temp_dir", str(work / "tmp"), "--token_dtype", m.token_dtype, "--cpus",
             str(p["cpus"]), "--mem", str(p["mem_gib"]), "--shards", "1", "--ulimit", str(p["ulimit"]),
         ]  # fmt: skip
-        cpu0, _ = rusage_children()
-        t = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wall = time.perf_counter() - t
-        cpu1, rss = rusage_children()
+        wall, cpu = timed_child(cmd)
         width = {"u8": 1, "u16": 2, "u32": 4}[m.token_dtype]
         tokens = (work / "idx" / "tokenized.0").stat().st_size // width
         print(
             f"  bare engine (its indexing script, tokenizing + suffix arrays, {p['cpus']} CPUs): {wall:.1f} s wall, "
-            f"{cpu1 - cpu0:.1f} s CPU, {tokens - m.doc_count:,} tokens"
+            f"{cpu:.1f} s CPU, {tokens - m.doc_count:,} tokens"
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -166,14 +170,8 @@ def bare_engine_build(index: Path) -> None:
             "--temp_dir", str(work), "--token_dtype", m.token_dtype, "--cpus", str(p["cpus"]),
             "--mem", str(p["mem_gib"]), "--shards", str(len(m.shards)), "--ulimit", str(p["ulimit"]),
         ]  # fmt: skip
-        cpu0, _ = rusage_children()
-        t = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wall = time.perf_counter() - t
-        cpu1, rss = rusage_children()
-        print(
-            f"  bare engine (suffix arrays only, same token files): {wall:.1f} s wall, {cpu1 - cpu0:.1f} s CPU"
-        )
+        wall, cpu = timed_child(cmd)
+        print(f"  bare engine (suffix arrays only, same token files): {wall:.1f} s wall, {cpu:.1f} s CPU")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

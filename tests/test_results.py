@@ -127,7 +127,7 @@ def test_the_cli_prints_the_headline_plan_and_refuses_a_broken_one(
     shown = CliRunner().invoke(app, ["results", "run", "configs/results/headline.yaml", "--dry-run",
                                      "--dataset", "hotpotqa"])  # fmt: skip
     assert shown.exit_code == 0, shown.output
-    assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 10
+    assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 11
     assert "(after 'quco' completes)" in shown.output
     bad = _write(
         tmp_path / "plan.yaml", _plan(tmp_path, [{"name": "a", "config": SR}], calibration={"limit": 3})

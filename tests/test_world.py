@@ -533,6 +533,10 @@ def test_every_pool_config_has_a_world_twin(dataset):
                 world.params.get("path_retriever") == "pipeline"
                 or world.params.get("standard_retriever") == "pipeline"
             )
+        elif world.method == "quco-random":  # QuCo-RAG's queries and passages, so only the decisions differ
+            quco = load_config(root / "world" / dataset / "quco.yaml").params
+            same = {k: quco[k] for k in ("sentence_query", "stage2_passages")}
+            assert world.params == pool.params | same
         else:
             assert world.params == pool.params
 
