@@ -1,7 +1,8 @@
 """QuCo-RAG's corpus-count rules, as pure functions of the counts: stage 1 (question entities) and stage 2 (claims).
 
 - Stage 1: the question's entities are counted; their **mean** count below the threshold means the question
-  asks about rare knowledge. The score of the one candidate (the question) is that mean.
+  asks about rare knowledge. The score of the one candidate (the question) is that mean (or, as an option of
+  ours, the lowest count).
 - Stage 2: each judged sentence's claims are counted: a 3-tuple by the co-occurrence of head and tail, a 2-tuple
   by its head's count. A claim below its threshold flags the sentence. Two records cover a sentence, one per
   kind: its score is the lowest co-occurrence (or head count) among its claims of that kind.
@@ -51,7 +52,7 @@ class EntityRarity:
     """Stage 1's verdict on the question."""
 
     record: TriggerRecord
-    mean: float | None  # mean count of the entities that were counted
+    score: float | None  # the mean (or lowest) count of the entities that were counted
     unknown: int  # entities whose count could not be looked up
     reason: str
 
@@ -72,13 +73,13 @@ def entity_rarity(
         raise ValueError(f"unknown entity aggregate '{aggregate}'; use 'mean' or 'min'")
     known = [v for v in values if v is not None]
     unknown = len(values) - len(known)
-    mean = (sum(known) / len(known) if aggregate == "mean" else min(known)) if known else None
+    score = (sum(known) / len(known) if aggregate == "mean" else min(known)) if known else None
     forced = [0] if unknown and unknown_retrieves else []
     record = TriggerRecord.decide(
         f"{aggregate}_entity_count",
         "below",
         threshold,
-        [mean],
+        [score],
         "question",
         param="entity_threshold",
         forced=forced,
@@ -88,13 +89,13 @@ def entity_rarity(
         reason = "no entities found in the question"
     elif forced:
         reason = f"{unknown} entity count(s) unknown; policy: retrieve"
-    elif mean is None:
+    elif score is None:
         reason = "no entity count available; policy: keep"
     elif record.fired:
-        reason = f"{aggregate} entity count {mean:g} < {threshold:g}"
+        reason = f"{aggregate} entity count {score:g} < {threshold:g}"
     else:
-        reason = f"{aggregate} entity count {mean:g} >= {threshold:g}"
-    return EntityRarity(record, mean, unknown, reason)
+        reason = f"{aggregate} entity count {score:g} >= {threshold:g}"
+    return EntityRarity(record, score, unknown, reason)
 
 
 @dataclass(frozen=True)
