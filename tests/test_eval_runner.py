@@ -97,6 +97,25 @@ def test_every_question_recorded_in_order_with_scores_and_errors(tmp_path: Path)
     assert summary.missing > 0  # "I do not know." has no answer: counted wrong, not scored as text
 
 
+def test_run_directory_names_no_folder_of_this_machine(tmp_path: Path) -> None:
+    """Run directories are committed (results/headline): the dataset path is recorded relative to the data
+    directory, in the ``${QUCO_DATA_DIR}`` notation of the configs, so a run names no local folder."""
+    import yaml
+
+    run_eval(toy_answer, "hotpotqa", limit=2, out_dir=tmp_path, progress=False)
+    text = (tmp_path / "config.yaml").read_text(encoding="utf-8")
+    selection = yaml.safe_load(text)["selection"]
+    assert selection["dataset_path"] == "${QUCO_DATA_DIR}/hotpotqa/hotpot_dev_0_300_unified.jsonl"
+    assert str(data_dir().resolve()) not in text and str(tmp_path) not in text
+    outside = tmp_path / "mine.jsonl"  # a dataset file outside the data directory keeps its own path
+    outside.write_text(
+        (data_dir() / "hotpotqa/hotpot_dev_0_300_unified.jsonl").read_text().splitlines()[0] + "\n"
+    )
+    run_eval(toy_answer, outside, limit=1, out_dir=tmp_path / "own", progress=False)
+    own = yaml.safe_load((tmp_path / "own" / "config.yaml").read_text(encoding="utf-8"))["selection"]
+    assert own["dataset_path"] == str(outside)
+
+
 def test_resume_answers_only_what_is_missing(tmp_path: Path) -> None:
     asked: list[str] = []
 

@@ -88,7 +88,7 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
             assert "--offset 0 --limit " + ("50" if row in ("dragin", "seakr") else "200") in cmd
             assert cmd.endswith("generator.backend=hf") == (row in ("dragin", "seakr"))
             assert "haystack" in cmd or "configs/world/" in cmd
-        assert f"params.match_run=runs/headline/{ds}/quco" in cmds["quco-random"]
+        assert f"params.match_run=results/headline/{ds}/quco" in cmds["quco-random"]
         assert "text.entity_extractor=llm" in cmds["quco-llm"]
         assert all(("--reprompt" in cmd) == (ds == "pubmedqa") for cmd in cmds.values())
     assert all(f"configs/world/pubmedqa/{r}.yaml" in by[("pubmedqa", r)].command for r in ("sr-rag", "quco"))
@@ -337,3 +337,21 @@ def test_run_then_tabulate_end_to_end_on_the_default_model(
     assert "(calibrated: entity_threshold)" in text and "gemma3-270m" in text
     assert "another config" not in text  # each run is what its row resolves to
     assert (runs / "report.html").is_file() and (tmp_path / "r.html").is_file()
+
+
+def test_the_committed_headline_runs_are_what_the_plan_resolves_to() -> None:
+    """The runs under results/headline are committed, so that the table grows across machines. Each one must be
+    readable, in the realistic world, made with the config its row resolves to today (a config change makes
+    the run stale: re-run it, or revert the change), and name no folder of the machine that recorded it."""
+    plan = load_plan(ROOT / "configs/results/headline.yaml")
+    recorded = [res for res in collect(plan, n_boot=200) if (res.run_dir / "config.yaml").is_file()]
+    local = {str(Path.home()), str(ROOT), str(ROOT.parent / "shared")}
+    for res in recorded:
+        name = f"{res.dataset.name}/{res.row.name}"
+        assert res.status in ("partial", "complete"), (name, res.status, res.problem)
+        assert res.problem == "", (name, res.problem)
+        assert res.world.get("world") == "realistic", name
+        assert res.errors == 0, name
+        for f in ("config.yaml", "world.json", "results.jsonl"):
+            text = (res.run_dir / f).read_text(encoding="utf-8")
+            assert not [p for p in local if p in text], (name, f)

@@ -39,6 +39,7 @@ from quco.errors import QucoError
 from quco.eval.metrics import score_prediction
 from quco.eval.parallel import bounded_as_completed, process_workers
 from quco.eval.runs import CONFIG_FILE, RESULTS_FILE, RunError, scan_results, unique_records
+from quco.paths import data_dir
 from quco.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,16 @@ def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
             out += _differences(old.get(key), new.get(key), f"{prefix}{key}.")
         return out
     return [] if old == new else [f"{prefix[:-1]} ({old!r} -> {new!r})"]
+
+
+def _portable(path: Path) -> str:
+    """A dataset path as a run records it: under the data directory, as ``${QUCO_DATA_DIR}/...`` (the
+    notation configs use), so a run directory committed on one machine names no folder of that machine."""
+    try:
+        rel = path.resolve().relative_to(data_dir().resolve())
+    except ValueError:
+        return str(path)
+    return "${QUCO_DATA_DIR}/" + rel.as_posix()
 
 
 def _fsync_write(fh, text: str) -> None:
@@ -457,7 +468,7 @@ def run_eval(
         return _run_locked(
             out, tgt, identity, config_hash, examples, ref, workers, resume, answer_protocol, progress,
             retry_errors, label, start,
-            {"dataset_path": str(ref.path), "limit": limit, "offset": offset, "sample": sample, "seed": seed}
+            {"dataset_path": _portable(ref.path), "limit": limit, "offset": offset, "sample": sample, "seed": seed}
             | ({"traces_from": str(traces_from)} if traces_from is not None else {}),
             reuse,
         )  # fmt: skip
