@@ -303,3 +303,35 @@ if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.default_int_handler)
     out_dir, n = sys.argv[1], int(sys.argv[2])
     run_eval(toy_answer, "hotpotqa", limit=n, out_dir=out_dir, progress=False)
+
+
+def test_a_matched_control_records_its_rates_and_a_changed_matched_run_changes_its_identity(
+    tmp_path: Path,
+) -> None:
+    """A random control takes its firing rates from a matched run when it starts. Those rates are part of its
+    run's identity, so a control resumed after the matched run grew (other rates) is refused, not mixed."""
+    from quco.eval.runner import _resolve_target
+    from quco.signals.record import TriggerRecord
+
+    def matched_answer(question: str) -> Trace:  # stage 1 fires on every other question (by a hash)
+        trace = toy_answer(question)
+        low = int(hashlib.sha256(question.encode()).hexdigest(), 16) % 2
+        record = TriggerRecord.decide("mean_entity_count", "below", 10.0, [5.0 if low else 50.0], "question")
+        trace.steps[0].triggers = [record]
+        return trace
+
+    matched = tmp_path / "quco"
+    run_eval(matched_answer, "hotpotqa", limit=6, out_dir=matched, progress=False)
+    overrides = {"params.match_run": str(matched)}
+
+    def identity() -> dict[str, Any]:
+        return _resolve_target(CONFIGS / "hotpotqa/quco-random.yaml", overrides, None, False).identity
+
+    first = identity()
+    traces = [r["trace"] for r in load_run(matched).records if r["trace"]]
+    fired = sum(1 for t in traces if t["steps"][0]["triggers"][0]["fired_at"] is not None)
+    assert first["matched_rates"]["p_stage1"] == pytest.approx(fired / len(traces))
+    assert identity() == first  # the same matched run: the same identity, so the control resumes
+    run_eval(matched_answer, "hotpotqa", limit=20, out_dir=matched, progress=False)
+    assert identity()["matched_rates"] != first["matched_rates"]
+    assert "matched_rates" not in _resolve_target(CONFIGS / "hotpotqa/quco.yaml", None, None, False).identity

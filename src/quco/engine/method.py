@@ -199,6 +199,13 @@ class Method:
     def setup(self, parts: Any) -> None:
         """Called once when the pipeline is built, to add method-specific parts (``parts.retrievers``, extras)."""
 
+    def matched_rates(self) -> dict[str, float] | None:
+        """The rates this method takes from another recorded run (a control's ``match_run``), or None.
+
+        An evaluation run records them in its identity, so a run does not resume with other rates after the
+        matched run has changed (for example grown by more questions)."""
+        return None
+
     def before(self, question: str, ctx: RunContext) -> Decision | None:
         """Pre-generation decision; None means the method has none."""
         return None

@@ -79,6 +79,19 @@ class _Target:
     built_here: bool = False  # built from a config (so worker processes can build it too)
 
 
+def _pipeline_identity(cfg: PipelineConfig) -> dict[str, Any]:
+    """What a run from this config is: the resolved config, its prompt, and the rates a control takes from a
+    matched run (so that a control resumed after its matched run changed is refused, not silently mixed)."""
+    from quco.methods import method_class
+    from quco.pipeline import prompt_identity
+
+    identity: dict[str, Any] = {"pipeline": cfg.model_dump(mode="json"), "prompt": prompt_identity(cfg)}
+    rates = method_class(cfg.method)(cfg.params).matched_rates()
+    if rates is not None:
+        identity["matched_rates"] = rates
+    return identity
+
+
 def _resolve_target(
     target: Any, overrides: dict[str, Any] | None, fingerprint: str | None, progress: bool
 ) -> _Target:
@@ -86,7 +99,6 @@ def _resolve_target(
         target = load_config(target, overrides=overrides)
     elif overrides:
         raise QucoError("overrides apply to a config file or PipelineConfig, not to a built pipeline")
-    from quco.pipeline import prompt_identity
 
     if isinstance(target, PipelineConfig):
         cfg = target
@@ -98,7 +110,7 @@ def _resolve_target(
             return pipe.answer, pipe
 
         return _Target(
-            {"pipeline": cfg.model_dump(mode="json"), "prompt": prompt_identity(cfg)},
+            _pipeline_identity(cfg),
             build,
             cfg.method,
             cfg,
@@ -108,7 +120,7 @@ def _resolve_target(
     pipe_cfg = getattr(target, "config", None)
     if hasattr(target, "answer") and isinstance(pipe_cfg, PipelineConfig):  # a built Pipeline
         return _Target(
-            {"pipeline": pipe_cfg.model_dump(mode="json"), "prompt": prompt_identity(pipe_cfg)},
+            _pipeline_identity(pipe_cfg),
             lambda: (target.answer, target),
             pipe_cfg.method,
             pipe_cfg,

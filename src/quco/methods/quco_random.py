@@ -53,13 +53,22 @@ class QuCoRandom(QuCoRAG):
         super().__init__(params)
         self.p1, self.p2 = self.params.p_stage1, self.params.p_stage2  # replaced by a matched run's in setup
 
-    def setup(self, parts: Any) -> None:
-        if not self.params.match_run:
-            return
+    def _matched(self) -> tuple[Any, Any]:
         from quco.eval.runs import load_traces  # the run-file reader; it imports nothing of the engine
 
         traces = load_traces(self.params.match_run)
-        stage1, stage2 = stage_rate(traces, "before"), stage_rate(traces, "generate")
+        return stage_rate(traces, "before"), stage_rate(traces, "generate")
+
+    def matched_rates(self) -> dict[str, float] | None:
+        if not self.params.match_run:
+            return None
+        stage1, stage2 = self._matched()
+        return {"p_stage1": stage1.per_step, "p_stage2": stage2.per_candidate}
+
+    def setup(self, parts: Any) -> None:
+        if not self.params.match_run:
+            return
+        stage1, stage2 = self._matched()
         self.p1, self.p2 = stage1.per_step, stage2.per_candidate
         log.info(
             "quco-random: p_stage1 = %.4f (%d of %d questions), p_stage2 = %.4f (%d of %d sentences) from %s",

@@ -74,11 +74,17 @@ class RandomTrigger(Method):
             return min(self.params.sentence_tokens, ctx.parts.config.generation.max_new_tokens)
         return super().unit_tokens(ctx)
 
+    def _matched(self) -> Any:
+        from quco.eval.runs import load_traces  # the run-file reader; it imports nothing of the engine
+
+        return retrieval_rate(load_traces(self.params.match_run))
+
+    def matched_rates(self) -> dict[str, float] | None:
+        return {"p": self._matched().per_candidate} if self.params.match_run else None
+
     def setup(self, parts: Any) -> None:
         if self.params.match_run:
-            from quco.eval.runs import load_traces  # the run-file reader; it imports nothing of the engine
-
-            rate = retrieval_rate(load_traces(self.params.match_run))
+            rate = self._matched()
             self.p = rate.per_candidate
             log.info(
                 "random trigger: p = %.4f, the retrievals per candidate point of %s (%d questions)",
