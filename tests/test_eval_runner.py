@@ -297,14 +297,6 @@ def test_kill_9_and_ctrl_c_then_resume_equals_an_uninterrupted_run(tmp_path: Pat
     assert [_stable(r) for r in got] == [_stable(r) for r in _lines(whole)]
 
 
-if __name__ == "__main__":
-    # A child of a background job inherits SIGINT as ignored, and Python then never raises KeyboardInterrupt:
-    # restore the default handler so that the test's Ctrl-C reaches the runner wherever the suite runs.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    out_dir, n = sys.argv[1], int(sys.argv[2])
-    run_eval(toy_answer, "hotpotqa", limit=n, out_dir=out_dir, progress=False)
-
-
 def test_a_matched_control_records_its_rates_and_a_changed_matched_run_changes_its_identity(
     tmp_path: Path,
 ) -> None:
@@ -335,3 +327,11 @@ def test_a_matched_control_records_its_rates_and_a_changed_matched_run_changes_i
     run_eval(matched_answer, "hotpotqa", limit=20, out_dir=matched, progress=False)
     assert identity()["matched_rates"] != first["matched_rates"]
     assert "matched_rates" not in _resolve_target(CONFIGS / "hotpotqa/quco.yaml", None, None, False).identity
+
+
+if __name__ == "__main__":
+    # A child of a background job inherits SIGINT as ignored, and Python then never raises KeyboardInterrupt:
+    # restore the default handler so that the test's Ctrl-C reaches the runner wherever the suite runs.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    out_dir, n = sys.argv[1], int(sys.argv[2])
+    run_eval(toy_answer, "hotpotqa", limit=n, out_dir=out_dir, progress=False)
