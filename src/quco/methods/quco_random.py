@@ -24,7 +24,7 @@ from pydantic import Field
 from quco.engine.context import RunContext
 from quco.engine.method import Decision
 from quco.methods.quco import QuCoParams, QuCoRAG, Verdict
-from quco.signals.chance import stage_rate, step_candidates, uniform_draw
+from quco.signals.chance import StageRate, stage_rate, step_candidates, uniform_draw
 from quco.signals.record import TriggerRecord
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class QuCoRandom(QuCoRAG):
         super().__init__(params)
         self.p1, self.p2 = self.params.p_stage1, self.params.p_stage2  # replaced by a matched run's in setup
 
-    def _matched(self) -> tuple[Any, Any]:
+    def _matched(self) -> tuple[StageRate, StageRate]:
         from quco.eval.runs import load_traces  # the run-file reader; it imports nothing of the engine
 
         traces = load_traces(self.params.match_run)

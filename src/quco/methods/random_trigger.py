@@ -22,7 +22,7 @@ from pydantic import Field, model_validator
 from quco.answer import has_answer
 from quco.engine.context import RunContext
 from quco.engine.method import Check, Draft, Method, MethodParams, Shape
-from quco.signals.chance import retrieval_rate, step_candidates, uniform_draw
+from quco.signals.chance import RetrievalRate, retrieval_rate, step_candidates, uniform_draw
 from quco.signals.record import TriggerRecord
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class RandomTrigger(Method):
             return min(self.params.sentence_tokens, ctx.parts.config.generation.max_new_tokens)
         return super().unit_tokens(ctx)
 
-    def _matched(self) -> Any:
+    def _matched(self) -> RetrievalRate:
         from quco.eval.runs import load_traces  # the run-file reader; it imports nothing of the engine
 
         return retrieval_rate(load_traces(self.params.match_run))
