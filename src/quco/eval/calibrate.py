@@ -359,6 +359,45 @@ def _from_runs(
     return CalibrationResult(theta, "rate", n_questions, scores, fire_rate(scores, theta)), ", ".join(spans)
 
 
+def _em_from_runs(
+    console: Any, runs: Sequence[Path], param: str | None, max_retrievals: float | None
+) -> tuple[CalibrationResult, str, str]:
+    """θ of best EM from recorded runs of a pre-generation decision; prints every candidate it covers."""
+    from quco.eval.calibrate_exact import calibrate_from_runs
+
+    if not param:
+        raise QucoError("--target em --from-run needs --param (e.g. entity_threshold)")
+    exact = calibrate_from_runs(runs, param, max_retrievals)
+    if exact.disagreements:
+        log.warning(
+            "%d question(s) answered differently in two runs under the same decision (%s): the first "
+            "recording is used",
+            len(exact.disagreements),
+            ", ".join(exact.disagreements[:5]),
+        )
+    n = len(exact.questions)
+    for c in exact.candidates:
+        if not c.covered:
+            continue
+        mark = "  <- chosen" if c is exact.chosen else ""
+        console.print(
+            f"θ={c.threshold:<12.6g} fires {c.fired:>3}/{n}  EM={100 * c.em:5.1f}  F1={100 * c.f1:5.1f}  "
+            f"retrievals/q={c.retrievals_per_question:.2f}  LLM calls/q={c.llm_calls_per_question:.2f}{mark}"
+        )
+    covered = sum(c.covered for c in exact.candidates)
+    console.print(f"{covered} of {len(exact.candidates)} distinct decision sets covered by the runs")
+    scores = [q.score for q in exact.questions if q.score is not None]
+    result = CalibrationResult(
+        exact.chosen.threshold,
+        "em",
+        n,
+        scores,
+        exact.chosen.fired / n if n else 0.0,
+        param=param,
+    )
+    return result, exact.span, exact.dataset
+
+
 # -- the command ---------------------------------------------------------------------------------------------
 
 calibrate_app = typer.Typer(
@@ -403,10 +442,16 @@ def calibrate_command(
         list[Path] | None,
         typer.Option(
             "--from-run",
-            help="Black-box only: re-score the samples of a recorded never-retrieving pass (a `quco eval` "
-            "run with params.threshold=.inf) instead of running the model; target 'rate' only. Repeat it "
-            "for a pass recorded in parts.",
+            help="Use recorded `quco eval` runs instead of running the model. Target 'rate', black-box: "
+            "re-score the samples of a never-retrieving pass (params.threshold=.inf). Target 'em', a decision "
+            "taken once before generation (QuCo-RAG's entity_threshold, DTR's uncertainty_threshold): the "
+            "exact EM of every threshold from a run where it always fires and one where it never does. "
+            "Repeatable.",
         ),
+    ] = None,
+    max_retrievals: Annotated[
+        float | None,
+        typer.Option(help="Target 'em' from runs: only thresholds within this many retrievals per question."),
     ] = None,
 ) -> None:
     """Choose θ on the calibration questions and write it into the config (params.threshold, or --param)."""
@@ -418,9 +463,11 @@ def calibrate_command(
     try:
         offset, limit = _parse_span(questions)
         overrides = dict(parse_override(s) for s in set_ or [])
-        if from_run is not None:
+        if from_run is not None and target == "em":
+            result, questions, dataset = _em_from_runs(console, from_run, param, max_retrievals)
+        elif from_run is not None:
             if target != "rate":
-                raise QucoError("--from-run calibrates to a target rate only (EM needs runs with retrieval)")
+                raise QucoError(f"unknown calibration target '{target}'; use 'rate' or 'em'")
             result, questions = _from_runs(config, from_run, rate, overrides)
         else:
             result = calibrate(
@@ -439,6 +486,8 @@ def calibrate_command(
         if not dry_run:
             dest = out or config
             goal = f"rate {rate:g}" if target == "rate" else "best EM"
+            if target == "em" and max_retrievals is not None:
+                goal += f" within {max_retrievals:g} retrievals/q"
             note = (
                 f"calibrated: {goal} on {dataset} questions {questions} "
                 f"({datetime.now(UTC).date().isoformat()})"
