@@ -35,7 +35,9 @@ class ReadsPassages(ScriptedGenerator):
     """Answers "yes" when passages are in its prompt and "no" closed-book, for ever."""
 
     def generate(self, prompt: str, **kw: object):  # noqa: ANN201
-        self.responses = ["So the answer is yes." if "Background passages" in prompt else "So the answer is no."]
+        self.responses = [
+            "So the answer is yes." if "Background passages" in prompt else "So the answer is no."
+        ]
         return super().generate(prompt, **kw)
 
 
@@ -55,7 +57,9 @@ def runs(real_parts, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path
     }
 
 
-def test_every_threshold_from_two_runs_equals_a_run_at_that_threshold(real_parts, runs, tmp_path: Path) -> None:
+def test_every_threshold_from_two_runs_equals_a_run_at_that_threshold(
+    real_parts, runs, tmp_path: Path
+) -> None:
     exact = calibrate_from_runs([runs["always"], runs["never"]], "entity_threshold")
     scored = sorted({q.score for q in exact.questions if q.score is not None})
     assert len(scored) >= 3 and exact.rule == "below" and exact.dataset == "hotpotqa"
