@@ -110,6 +110,11 @@ def _decision(trace: dict[str, Any], param: str) -> TriggerRecord | None:
                     "its outcome per question; calibrate it with `quco calibrate --target em` instead"
                 )
             found = TriggerRecord.from_dict(raw)
+            if found.rule == "always":
+                raise QucoError(
+                    f"a run recorded '{param}' without a score (rule 'always', e.g. DTR at threshold 0, which "
+                    "skips the direct answer); record the always-retrieving run at a threshold just above 0"
+                )
     return found
 
 
