@@ -607,7 +607,7 @@ def main(argv: list[str] | None = None) -> None:
         "--prefix-cache",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="llama.cpp: reuse the cached few-shot prefix across calls (seconds then exclude its evaluation)",
+        help="llama.cpp: reuse the saved state of the prompts' instruction and examples (outputs are the same)",
     )
     ap.add_argument("--limit", type=int, default=None, help="first N questions and first N sentences")
     ap.add_argument("--no-context", action="store_true", help="never pass the context to triplet extractors")
@@ -649,10 +649,10 @@ def main(argv: list[str] | None = None) -> None:
         from quco.pipeline import shared_generator
 
         generator = shared_generator(config.generator)
-        if args.prefix_cache and hasattr(generator, "reproducible"):
-            # llama.cpp then reuses the longest cached prefix (the few-shot prompt) instead of whole batches
-            # only: much faster here, and the outputs may differ from a fresh evaluation in their last bits.
-            generator.reproducible = False
+        if not args.prefix_cache and hasattr(generator, "reuse"):
+            # The extractors' prompts declare their instruction and examples shared; llama.cpp evaluates that
+            # part once and restores its state, exactly as a run does. Off: every prompt is evaluated whole.
+            generator.reuse = False
     runner = Runner(config, generator)
 
     retriever = None

@@ -237,6 +237,20 @@ def test_llm_extractors_through_the_engine_with_the_real_default_model():
     assert c.llm_calls == {"extractor": 2} and c.prompt_tokens["extractor"] > 200
     assert 0 < c.generated_tokens["extractor"] <= 48
 
+    # The instruction and examples are declared shared: another question evaluates little more than its own
+    # tokens, and gets what evaluating its whole prompt gives.
+    q2 = "Which film came out first, Nosferatu or The Cabinet of Dr. Caligari?"
+    sent, evaluated = c.prompt_tokens["extractor"], c.prompt_tokens_evaluated["extractor"]
+    again = tools.entities.question_entities(q2, ctx.llm_call("extractor"))
+    sent, evaluated = c.prompt_tokens["extractor"] - sent, c.prompt_tokens_evaluated["extractor"] - evaluated
+    assert sent > 200 and evaluated < 40, (sent, evaluated)
+    gen.reuse = False
+    try:
+        whole = tools.entities.question_entities(q2, ctx.llm_call("extractor"))
+    finally:
+        gen.reuse = True
+    assert whole == again
+
 
 # ------------------------------------------------------------------------------------------ rules
 

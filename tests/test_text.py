@@ -472,6 +472,43 @@ def test_llm_triplet_extractor_prompts_and_parses():
     assert len(llm.calls) == 3
 
 
+def test_llm_extractor_prompts_declare_the_part_every_call_repeats():
+    """The instruction and examples are declared shared (a backend may keep their state); the declared part
+    is the same for every input and stops where the input's line or turn begins, context included."""
+    from quco.llm.base import shared_chars
+    from quco.llm.chat import ChatFormat
+
+    chat = ChatFormat(
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    q = "Who is older, Annie Morton or Terry Richardson?"
+    cases = [  # extractor, its prompts for two inputs, the text the first input's part begins with
+        (LLMEntityExtractor(), (q,), ("Is it cold?",), " Who is older"),
+        (
+            LLMTripletExtractor(),
+            ("He was born in 1942.", "Bugsy was made."),
+            ("It rained.", None),
+            "Earlier text:",
+        ),
+        (
+            LLMTripletExtractor(),
+            ("It rained.", None),
+            ("He was born in 1942.", "Bugsy."),
+            "Sentence: It rained",
+        ),
+        (LLMTripletExtractor(chat=chat), ("He was born.", "Bugsy."), ("It rained.", None), "Earlier text:"),
+        (LLMEntityExtractor(chat=chat), (q,), ("Is it cold?",), "Copy the names"),
+    ]
+    for ex, first, second, begins in cases:
+        a, b = ex._prompt(*first), ex._prompt(*second)
+        n = shared_chars(a)
+        assert n > 500 and n == shared_chars(b) and a[:n] == b[:n], (ex.name, begins)
+        assert a[n:].startswith(begins), (begins, a[n - 30 : n + 30])
+        if ex.chat is not None:
+            assert a[:n].endswith("<|im_start|>user\n")
+
+
 def test_llm_extractors_need_an_llm_call():
     with pytest.raises(ConfigError, match="LLM call"):
         LLMEntityExtractor().question_entities("Who is older, Annie Morton or Terry Richardson?")

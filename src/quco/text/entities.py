@@ -114,7 +114,11 @@ class LLMEntityExtractor(PromptedExtractor):
     """Entities by prompting the extractor LLM; the first element of each returned tuple, as QuCo does."""
 
     def _prompt(self, question: str) -> str:
-        return self._wrap(self.prompts.render_entities(question), self.prompts.entity_messages(question))
+        return self._wrap(
+            self.prompts.render_entities(question),
+            self.prompts.entity_messages(question),
+            self.prompts.render_entities(""),
+        )
 
     def question_entities(self, question: str, llm: LLMCall | None = None) -> list[str]:
         if llm is None:

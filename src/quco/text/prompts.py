@@ -8,11 +8,13 @@ fine-tuned for it, or the published prompt file loaded with ``load_external_prom
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from quco.errors import ConfigError
+from quco.llm.base import Prompt
 
 PLACEHOLDER = "{sentence}"
 CONTEXT_SLOT = "{context}"
@@ -270,7 +272,19 @@ class PromptedExtractor:
         self.max_new_tokens = max_new_tokens
         self.chat = chat
 
-    def _wrap(self, raw: str, messages: list[dict[str, str]] | None) -> str:
+    def _wrap(self, raw: str, messages: list[dict[str, str]] | None, *blanks: str) -> Prompt:
+        """The prompt as the model sees it (``_render``), declaring as shared the characters every call
+        repeats: those it has in common with the same prompt for empty inputs (``blanks``: the raw prompt for
+        "", with and without an earlier text), so the part ends where the input's turn or line begins. A
+        backend may evaluate that part once and reuse its state (llama.cpp does, with outputs unchanged); to
+        anything else the prompt is the plain string."""
+        full = self._render(raw, messages)
+        blank_turns = [*messages[:-1], {**messages[-1], "content": ""}] if messages else None
+        empty = [self._render(b, blank_turns) for b in blanks]
+        common = os.path.commonprefix([full, *empty])
+        return Prompt(full, len(common.rstrip(" ")))
+
+    def _render(self, raw: str, messages: list[dict[str, str]] | None) -> str:
         """``raw`` as the model sees it: as is without ``chat``; otherwise our examples as conversation turns
         where the prompts have them (``messages``), else ``raw`` as one user turn, as published."""
         if self.chat is None:

@@ -676,7 +676,10 @@ class LLMTripletExtractor(PromptedExtractor):
 
     def _prompt(self, sentence: str, context: str | None) -> str:
         return self._wrap(
-            self.prompts.render_triplets(sentence, context), self.prompts.triplet_messages(sentence, context)
+            self.prompts.render_triplets(sentence, context),
+            self.prompts.triplet_messages(sentence, context),
+            self.prompts.render_triplets(""),
+            self.prompts.render_triplets("", "-"),
         )
 
     def triplets(
