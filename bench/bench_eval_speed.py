@@ -4,9 +4,10 @@ SR-RAG, FLARE and QuCo-RAG answer the same HotpotQA dev questions (configs/hotpo
 ``llamacpp`` with ``qwen2.5-1.5b-instruct``; pull it first with ``quco models pull qwen2.5-1.5b-instruct``)
 through ``quco eval``'s own code path, once per mode, in one run:
 
-    off       1 process, 1 thread; every prompt evaluated in full: the savings switched off
-    legacy    1 process, 1 thread; the previous rule: reuse whole 512-token batches of the last prompt
-    reuse     1 process, 1 thread; the exemplar prefix's saved state and the last prompt's state (the generator's default)
+    off       1 process, 1 decoding thread and every core evaluating prompts (llama-cpp-python's defaults, as
+              quco ran before); every prompt evaluated in full: the savings switched off
+    legacy    as off, with the previous rule: reuse whole 512-token batches of the last prompt
+    reuse     as off, with the exemplar prefix's saved state and the last prompt's state (the generator's default)
     threads2  1 process, 2 threads; reuse (`quco eval`'s default on 2 cores)
     procs2    2 worker processes with 1 thread each (`quco eval --workers 2`); reuse
     seq2      2 sequences decoded in parallel in one llama.cpp context: llama.cpp's llama-server with
@@ -62,14 +63,15 @@ class Mode:
     shared_prefix: bool = True
     chunk: int = 1024
     server: bool = False
+    batch_threads: int | None = None  # threads evaluating prompts when not `threads` (in-process modes only)
 
 
 MODES = {
     m.name: m
     for m in (
-        Mode("off", 1, 1, reuse=False),
-        Mode("legacy", 1, 1, shared_prefix=False, chunk=512),
-        Mode("reuse", 1, 1),
+        Mode("off", 1, 1, reuse=False, batch_threads=os.cpu_count()),
+        Mode("legacy", 1, 1, shared_prefix=False, chunk=512, batch_threads=os.cpu_count()),
+        Mode("reuse", 1, 1, batch_threads=os.cpu_count()),
         Mode("threads2", 2, 1),
         Mode("procs2", 1, 2),
         Mode("seq2", 2, 2, server=True),
@@ -166,6 +168,8 @@ def run_cell(mode: Mode, method: str, args: argparse.Namespace, server: CppServe
         gen = target.generator
         gen.clear_cache()
         gen.reuse, gen.shared_prefix, gen.chunk = mode.reuse, mode.shared_prefix, mode.chunk
+        if mode.batch_threads:  # quco: prompts on `threads` threads; llama-cpp-python: on every core
+            gen.llama._ctx.set_n_threads(mode.threads, mode.batch_threads)
     cpu0, children0 = time.process_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
     server0 = server.cpu_seconds() if server else 0.0
     with LoadSampler() as load:

@@ -82,6 +82,22 @@ def test_greedy_generation_with_logprobs_and_exact_entropy(local: LlamaCppGenera
     assert plain.text == g.text and plain.logprobs is None and plain.entropies is None
 
 
+def test_threads_set_decoding_and_prompt_evaluation_alike(local: LlamaCppGenerator) -> None:
+    """``generator.threads`` is the number of threads for decoding and for prompt evaluation alike (unset: every
+    usable core), so worker processes that each take a share of the cores do not oversubscribe them."""
+    from quco.machine import usable_cores
+
+    params = local.llama.context_params
+    assert (params.n_threads, params.n_threads_batch) == (usable_cores(), usable_cores())
+    one = LlamaCppGenerator.from_config(
+        GeneratorConfig(backend="llamacpp", threads=1, max_context_tokens=512)
+    )
+    try:
+        assert (one.llama.context_params.n_threads, one.llama.context_params.n_threads_batch) == (1, 1)
+    finally:
+        one.close()
+
+
 def test_stop_strings_sampling_and_capabilities(local: LlamaCppGenerator) -> None:
     g = local.generate(PROMPT, max_new_tokens=16, stop=[","])[0]
     assert g.text == " Paris" and g.finish_reason == "stop" and g.tokens == [" Paris"]

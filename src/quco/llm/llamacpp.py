@@ -175,12 +175,17 @@ class LlamaCppGenerator(GeneratorBase):
             # buffer types off avoids them (a portable build never has them).
             logger.warning("llama.cpp was built with AMX; disabling extra buffer types to avoid its crash")
             kwargs["use_extra_bufts"] = False
+        # Every core by default (llama-cpp-python would decode with half of them), and as many threads for prompt
+        # evaluation as for decoding: llama-cpp-python's own default there is every core, which oversubscribes
+        # the cores when worker processes each take a share of them (`quco eval --workers`).
+        threads = config.threads or usable_cores()
         start = time.perf_counter()
         try:
             llama = llama_cpp.Llama(
                 model_path=str(path),
                 n_ctx=config.max_context_tokens,
-                n_threads=config.threads or usable_cores(),  # every core (llama-cpp-python would take half)
+                n_threads=threads,
+                n_threads_batch=threads,
                 n_batch=BATCH_TOKENS,
                 n_ubatch=BATCH_TOKENS,
                 logits_all=False,
