@@ -8,7 +8,9 @@ loads from the normal cache (``quco.paths.cache_dir()``) and measures generation
 evaluation model, or ``gemma3-270m``): prompt evaluation of a real 8-exemplar HotpotQA prompt with passages in
 batches of 256, 512 and 1024 tokens, the same prompt with its exemplars from the saved prefix state, the size
 and save/restore cost of that state, and greedy decoding, in CPU seconds (what the machine's load barely
-changes) beside wall seconds.
+changes) beside wall seconds. It names the llama.cpp build it ran (its file and CPU features) and prints a
+digest of the prompt's greedy answer with its logprobs: two builds (e.g. one compiled with other
+``CMAKE_ARGS``, put first on ``PYTHONPATH``) are compared by running the bench once with each.
 
     python bench/bench_llm.py [--threads N] [--skip-convert] [--new-tokens 64]
     python bench/bench_llm.py --llamacpp qwen2.5-1.5b-instruct [--threads 1]
@@ -17,6 +19,7 @@ changes) beside wall seconds.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -129,12 +132,18 @@ def _llamacpp_prompt():  # noqa: ANN202 - a quco.llm.base.Prompt
 
 
 def phase_llamacpp(model: str, threads: int | None, new_tokens: int) -> dict:
+    import llama_cpp
+
     from quco.config import GeneratorConfig
     from quco.llm import build_generator
 
     gen = build_generator(GeneratorConfig(backend="llamacpp", model=model, threads=threads or 1))
     prompt = _llamacpp_prompt()
-    out: dict = {"model": model, "threads": threads or 1}
+    info = llama_cpp.llama_print_system_info().decode(errors="replace")
+    features = [f.split("=")[0].split(":")[-1].strip() for f in info.split("|") if f.strip().endswith("= 1")]
+    out: dict = {
+        "model": model, "threads": threads or 1, "library": llama_cpp.__file__, "features": features,
+    }  # fmt: skip
 
     def timed(fn):  # noqa: ANN001, ANN202
         start, cpu = time.perf_counter(), time.process_time()
@@ -171,6 +180,11 @@ def phase_llamacpp(model: str, threads: int | None, new_tokens: int) -> dict:
         out[f"decode_{label}_tokens"] = n
         out[f"decode_{label}_tok_s"] = n / (wall - wall1)
         out[f"decode_{label}_cpu_ms_per_tok"] = 1000 * (cpu - cpu1) / n
+    # the answer, to compare builds: same tokens? how far apart are the logprobs?
+    g = gen.generate(prompt, max_new_tokens=new_tokens, logprobs=True)[0]
+    out["answer_text"] = g.text
+    out["answer_digest"] = hashlib.sha256(json.dumps(g.token_ids).encode()).hexdigest()[:16]
+    out["answer_logprobs"] = [round(x, 6) for x in g.logprobs]
     out["peak_rss_mb"] = _peak_rss_mb()
     return out
 
@@ -178,6 +192,7 @@ def phase_llamacpp(model: str, threads: int | None, new_tokens: int) -> dict:
 def _print_llamacpp(r: dict) -> None:
     print(f"llama.cpp, {r['model']}, {r['threads']} thread(s): prompt of {r['prompt_tokens']} tokens, "
           f"{r['shared_tokens']} of them exemplars")  # fmt: skip
+    print(f"  build: {r['library']}; CPU features: {' '.join(r['features'])}")
     for chunk in (256, 512, 1024):
         print(
             f"  prompt in batches of {chunk:4d}: {r[f'prefill_{chunk}_s']:6.1f} s, "
@@ -196,6 +211,11 @@ def _print_llamacpp(r: dict) -> None:
             f"  greedy decoding, {what}: {r[f'decode_{label}_tok_s']:.1f} tok/s, "
             f"{r[f'decode_{label}_cpu_ms_per_tok']:.0f} CPU ms per token ({r[f'decode_{label}_tokens']} tokens)"
         )
+    lp = r["answer_logprobs"]
+    print(
+        f"  greedy answer: {r['answer_text']!r}, token digest {r['answer_digest']}, "
+        f"{len(lp)} tokens, logprob sum {sum(lp):.6f}"
+    )
     print(f"  peak RSS: {r['peak_rss_mb']:.0f} MB")
 
 
