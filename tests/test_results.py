@@ -124,8 +124,11 @@ def test_the_cli_prints_the_headline_plan_and_refuses_a_broken_one(
     from quco.cli import app
 
     monkeypatch.chdir(ROOT)
-    shown = CliRunner().invoke(app, ["results", "run", "configs/results/headline.yaml", "--dry-run",
-                                     "--dataset", "hotpotqa"])  # fmt: skip
+    # the shipped plan writing elsewhere: the repository's recorded rows grow, and here every row is still to run
+    spec = yaml.safe_load((ROOT / "configs/results/headline.yaml").read_text(encoding="utf-8"))
+    spec["out"] = str(tmp_path / "headline")
+    fresh = _write(tmp_path / "headline.yaml", spec)
+    shown = CliRunner().invoke(app, ["results", "run", str(fresh), "--dry-run", "--dataset", "hotpotqa"])
     assert shown.exit_code == 0, shown.output
     assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 11
     assert "(after 'quco' completes)" in shown.output
@@ -341,8 +344,9 @@ def test_run_then_tabulate_end_to_end_on_the_default_model(
 
 def test_the_committed_headline_runs_are_what_the_plan_resolves_to() -> None:
     """The runs under results/headline are committed, so that the table grows across machines. Each one must be
-    readable, in the realistic world, made with the config its row resolves to today (a config change makes
-    the run stale: re-run it, or revert the change), and name no folder of the machine that recorded it."""
+    readable, in the realistic world (or reading no corpus at all), made with the config its row resolves to
+    today (a config change makes the run stale: re-run it, or revert the change), and name no folder of the
+    machine that recorded it."""
     plan = load_plan(ROOT / "configs/results/headline.yaml")
     recorded = [res for res in collect(plan, n_boot=200) if (res.run_dir / "config.yaml").is_file()]
     local = {str(Path.home()), str(ROOT), str(ROOT.parent / "shared")}
@@ -350,7 +354,11 @@ def test_the_committed_headline_runs_are_what_the_plan_resolves_to() -> None:
         name = f"{res.dataset.name}/{res.row.name}"
         assert res.status in ("partial", "complete"), (name, res.status, res.problem)
         assert res.problem == "", (name, res.problem)
-        assert res.world.get("world") == "realistic", name
+        # in the realistic world, or closed book (Wo-RAG reads no corpus, so its run names no world)
+        uses_corpus = any(res.world.get(part, {}).get("used") for part in ("retrieval", "corpus_stats"))
+        assert res.world.get("world") == "realistic" or (
+            res.world.get("world") == "none" and not uses_corpus
+        ), name
         assert res.errors == 0, name
         for f in ("config.yaml", "world.json", "results.jsonl"):
             text = (res.run_dir / f).read_text(encoding="utf-8")
