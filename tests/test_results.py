@@ -282,6 +282,56 @@ def test_a_markdown_file_without_markers_is_not_overwritten(tmp_path: Path) -> N
 
 
 @pytest.mark.model
+def test_status_counts_rows_and_estimates_the_hours_left(tmp_path: Path) -> None:
+    """`quco results status`: complete, partial and waiting rows, each row's own pace or a namesake's."""
+    from typer.testing import CliRunner
+
+    from quco.cli import app
+    from quco.eval.results_status import plan_status
+
+    def rows() -> list[dict]:
+        return [
+            {"name": "sr-rag", "config": SR},
+            {"name": "quco", "config": str(ROOT / "configs/hotpotqa/quco.yaml")},
+            {"name": "random", "config": str(ROOT / "configs/hotpotqa/quco-random.yaml"), "match": "quco"},
+            {"name": "seakr", "note": "no config yet"},
+        ]
+
+    spec = _plan(tmp_path, rows())
+    spec["datasets"].append({"name": "2wikimultihopqa", "offset": 0, "limit": N, "rows": rows()})
+    plan = load_plan(_write(tmp_path / "plan.yaml", spec))
+    runs = tmp_path / "runs"
+    run_eval(_answerer("sr-rag", 0.4), "hotpotqa", limit=N, out_dir=runs / "hotpotqa/sr-rag", progress=False)
+    run_eval(_answerer("quco", 0.5), "hotpotqa", limit=2, out_dir=runs / "hotpotqa/quco", progress=False)
+    by = {f"{st.dataset}/{st.row}": st for st in plan_status(plan)}
+    sr, quco = load_run(runs / "hotpotqa/sr-rag"), load_run(runs / "hotpotqa/quco")
+    sr_pace = sum(r["seconds"] for r in sr.records) / N
+    quco_pace = sum(r["seconds"] for r in quco.records) / 2
+    assert (by["hotpotqa/sr-rag"].state, by["hotpotqa/sr-rag"].hours_left) == ("complete", 0.0)
+    assert by["hotpotqa/sr-rag"].seconds_per_question == pytest.approx(sr_pace)
+    q = by["hotpotqa/quco"]
+    assert (q.state, q.recorded, q.planned, q.pace_from) == ("partial", 2, N, "")
+    assert q.hours_left == pytest.approx((N - 2) * quco_pace / 3600)
+    r = by["hotpotqa/random"]  # waits for quco; no namesake with a pace anywhere
+    assert (r.state, r.waits_for, r.hours_left) == ("not started", "quco", None)
+    w = by["2wikimultihopqa/sr-rag"]  # nothing recorded: the pace of the same row on the other dataset
+    assert (w.state, w.pace_from) == ("not started", "hotpotqa/sr-rag")
+    assert w.hours_left == pytest.approx(N * sr_pace / 3600)
+    assert by["2wikimultihopqa/seakr"].state == "no config"
+    shown = CliRunner().invoke(
+        app, ["results", "status", str(tmp_path / "plan.yaml"), "--dataset", "hotpotqa"]
+    )
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert lines[0].split() == ["row", "state", "recorded", "s/q", "left", "notes"]
+    assert any(line.split()[:3] == ["hotpotqa/quco", "partial", f"2/{N}"] for line in lines)
+    assert "waits for 'quco' to complete" in shown.output and "2wikimultihopqa" not in shown.output
+    assert "1 of 4 rows complete, 2 rows open." in shown.output
+    assert "for 1 row at their recorded pace; 1 row without a pace yet (left: ?)." in shown.output
+    bad = CliRunner().invoke(app, ["results", "status", str(tmp_path / "plan.yaml"), "--row", "nope"])
+    assert bad.exit_code != 0 and "the plan has no row 'nope'" in bad.output
+
+
 def test_run_then_tabulate_end_to_end_on_the_default_model(
     tmp_path_factory: pytest.TempPathFactory, hotpot_pool_path: Path
 ) -> None:
@@ -340,6 +390,9 @@ def test_run_then_tabulate_end_to_end_on_the_default_model(
     assert "(calibrated: entity_threshold)" in text and "gemma3-270m" in text
     assert "another config" not in text  # each run is what its row resolves to
     assert (runs / "report.html").is_file() and (tmp_path / "r.html").is_file()
+    status = runner.invoke(app, ["results", "status", str(plan)])
+    assert status.exit_code == 0, status.output
+    assert "3 of 3 rows complete, 0 rows open." in status.output
 
 
 def test_the_committed_headline_runs_are_what_the_plan_resolves_to() -> None:

@@ -61,7 +61,7 @@ class RowRun:
     command: str = ""
 
 
-def _selected(plan: Plan, datasets: Sequence[str], rows: Sequence[str]) -> list[tuple[DatasetPlan, Row]]:
+def selected_rows(plan: Plan, datasets: Sequence[str], rows: Sequence[str]) -> list[tuple[DatasetPlan, Row]]:
     known_ds = {ds.name for ds in plan.datasets}
     for name in datasets:
         if name not in known_ds:
@@ -206,7 +206,7 @@ def run_plan(
     """Run or resume every selected row in plan order; a failing row is reported and the next one runs."""
 
     done: list[RowRun] = []
-    for ds, row in _selected(plan, datasets, rows):
+    for ds, row in selected_rows(plan, datasets, rows):
         if row.config is None:
             why = "no config" + (" (see the dataset's note)" if ds.note and not row.note else "")
             why += f": {row.note}" if row.note else ""

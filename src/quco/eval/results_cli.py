@@ -61,6 +61,29 @@ def run_cli(
     go()
 
 
+@results_app.command("status")
+def status_cli(
+    plan: PlanArg,
+    dataset: Annotated[
+        list[str] | None, typer.Option("--dataset", help="Only this dataset's rows (repeatable).")
+    ] = None,
+    row: Annotated[
+        list[str] | None, typer.Option("--row", help="Only rows of this name (repeatable).")
+    ] = None,
+) -> None:
+    """Which rows are complete, and the hours of compute the others need at their recorded pace."""
+    from quco.eval.plan import load_plan
+    from quco.eval.results_status import plan_status, render_status
+
+    @friendly_errors
+    def go() -> None:
+        setup_logging(False)
+        for line in render_status(plan_status(load_plan(plan), dataset or (), row or ())):
+            out.print(line, highlight=False, soft_wrap=True)
+
+    go()
+
+
 @results_app.command("table")
 def table_cli(
     plan: PlanArg,

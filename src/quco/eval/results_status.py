@@ -1,0 +1,140 @@
+"""How far a results plan has come, and how long its remaining questions will take (``quco results status``).
+
+A table that grows over several working days needs a plan of its own: which rows are complete, which are
+partial, which wait for another row, and how many hours of compute are left. The estimate uses each row's own
+recorded seconds per question; a row with nothing recorded borrows the pace of the row of the same name on
+another dataset of the plan (the same method and settings), and has no estimate if there is none. Seconds
+depend on the machine that recorded them, so the figures are for planning, not for comparing methods.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from quco.errors import QucoError
+from quco.eval.plan import DatasetPlan, Plan, Row
+from quco.eval.results import planned_ids, selected_rows
+from quco.eval.runs import CONFIG_FILE, load_run
+
+
+@dataclass
+class RowStatus:
+    """One row's progress and the compute its remaining questions are expected to take."""
+
+    dataset: str
+    row: str
+    recorded: int
+    planned: int
+    state: str  # "complete", "partial", "not started", "no config", "unreadable"
+    seconds_per_question: float | None = None  # the row's own recorded mean
+    pace: float | None = None  # seconds per question the estimate uses
+    pace_from: str = ""  # where ``pace`` comes from when it is not the row's own
+    waits_for: str = ""  # a matched control's row, while that row is incomplete
+    problem: str = ""
+
+    @property
+    def remaining(self) -> int:
+        return self.planned - self.recorded
+
+    @property
+    def hours_left(self) -> float | None:
+        if self.state in ("complete", "no config"):
+            return 0.0
+        return None if self.pace is None else self.remaining * self.pace / 3600.0
+
+
+def _row_status(plan: Plan, ds: DatasetPlan, row: Row) -> RowStatus:
+    ids = planned_ids(ds, row)
+    st = RowStatus(ds.name, row.name, 0, len(ids), "not started")
+    if row.config is None:
+        st.state = "no config"
+        return st
+    run_dir = plan.run_dir(ds, row)
+    if not (run_dir / CONFIG_FILE).is_file():
+        return st
+    try:
+        run = load_run(run_dir)
+    except QucoError as exc:
+        st.state, st.problem = "unreadable", str(exc)
+        return st
+    by_id = run.by_id()
+    records = [by_id[i] for i in ids if i in by_id]
+    st.recorded = len(records)
+    seconds = [float(r["seconds"]) for r in records if isinstance(r.get("seconds"), (int, float))]
+    if seconds:
+        st.seconds_per_question = statistics.fmean(seconds)
+        st.pace = st.seconds_per_question
+    if st.recorded:
+        st.state = "complete" if st.recorded == st.planned else "partial"
+    return st
+
+
+def plan_status(plan: Plan, datasets: Sequence[str] = (), rows: Sequence[str] = ()) -> list[RowStatus]:
+    """Every selected row's progress, with a pace for each row that has one (its own, or a namesake's)."""
+    selected = selected_rows(plan, datasets, rows)
+    every = {(ds.name, row.name): _row_status(plan, ds, row) for ds, row in plan.rows()}
+    for ds, row in plan.rows():
+        st = every[(ds.name, row.name)]
+        if row.match is not None:
+            target = every[(ds.name, row.match)]
+            if target.state != "complete":
+                st.waits_for = row.match
+        if st.pace is None and st.state not in ("complete", "no config"):
+            donors = [
+                other
+                for (name, row_name), other in every.items()
+                if row_name == row.name and name != ds.name and other.seconds_per_question is not None
+            ]
+            if donors:
+                best = max(donors, key=lambda d: d.recorded)
+                st.pace, st.pace_from = best.seconds_per_question, f"{best.dataset}/{best.row}"
+    return [every[(ds.name, row.name)] for ds, row in selected]
+
+
+def _hours(h: float | None) -> str:
+    if h is None:
+        return "?"
+    return f"{h:.1f} h" if h >= 0.1 or h == 0 else f"{h * 60:.0f} min"
+
+
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
+def render_status(statuses: Sequence[RowStatus]) -> list[str]:
+    """The lines ``quco results status`` prints: one aligned line per row, then the totals."""
+    table = [["row", "state", "recorded", "s/q", "left", "notes"]]
+    for st in statuses:
+        notes = []
+        if st.waits_for:
+            notes.append(f"waits for '{st.waits_for}' to complete")
+        if st.pace_from:
+            notes.append(f"at the pace of {st.pace_from}")
+        if st.problem:
+            notes.append(st.problem)
+        own = "—" if st.seconds_per_question is None else f"{st.seconds_per_question:.1f}"
+        left = "—" if st.state in ("complete", "no config") else _hours(st.hours_left)
+        table.append(
+            [f"{st.dataset}/{st.row}", st.state, f"{st.recorded}/{st.planned}", own, left,
+             "; ".join(notes)]
+        )  # fmt: skip
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in table]
+    lines = [line.rstrip() for line in lines]
+    open_rows = [st for st in statuses if st.state not in ("complete", "no config")]
+    known = [h for st in open_rows if (h := st.hours_left) is not None]
+    complete = sum(1 for st in statuses if st.state == "complete")
+    lines.append("")
+    lines.append(f"{complete} of {len(statuses)} rows complete, {_rows(len(open_rows))} open.")
+    if open_rows:
+        line = (
+            f"About {math.fsum(known):.1f} h of compute left for {_rows(len(known))} at their recorded pace"
+        )
+        unknown = len(open_rows) - len(known)
+        line += f"; {_rows(unknown)} without a pace yet (left: ?)." if unknown else "."
+        lines.append(line)
+        lines.append("Seconds per question are those of the machines that recorded them.")
+    return lines
