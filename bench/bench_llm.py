@@ -12,8 +12,14 @@ changes) beside wall seconds. It names the llama.cpp build it ran (its file and 
 digest of the prompt's greedy answer with its logprobs: two builds (e.g. one compiled with other
 ``CMAKE_ARGS``, put first on ``PYTHONPATH``) are compared by running the bench once with each.
 
+``--hf-reuse MODEL`` measures the transformers backend on a model's real 8-exemplar prompt (the one
+``--llamacpp`` uses): the prompt evaluated in one pass, in the two passes of the shared-prefix rule, and with
+the exemplars' saved cache (``--hf-reuse qwen2.5-1.5b-instruct`` is the path DRAGIN and SeaKR take on the
+evaluation model), and whether the three give the same greedy answer.
+
     python bench/bench_llm.py [--threads N] [--skip-convert] [--new-tokens 64]
     python bench/bench_llm.py --llamacpp qwen2.5-1.5b-instruct [--threads 1]
+    python bench/bench_llm.py --hf-reuse qwen2.5-1.5b-instruct [--threads 2] [--new-tokens 16]
 """
 
 from __future__ import annotations
@@ -117,7 +123,7 @@ def phase_cached(threads: int | None, new_tokens: int) -> dict:
     return out
 
 
-def _llamacpp_prompt():  # noqa: ANN202 - a quco.llm.base.Prompt
+def _real_prompt():  # noqa: ANN202 - a quco.llm.base.Prompt
     """SR-RAG's first prompt for HotpotQA dev question 0: 8 exemplars, its 3 first paragraphs, the question."""
     from quco.paths import data_dir
     from quco.prompts import build_prompt, load_exemplars, load_template
@@ -138,7 +144,7 @@ def phase_llamacpp(model: str, threads: int | None, new_tokens: int) -> dict:
     from quco.llm import build_generator
 
     gen = build_generator(GeneratorConfig(backend="llamacpp", model=model, threads=threads or 1))
-    prompt = _llamacpp_prompt()
+    prompt = _real_prompt()
     info = llama_cpp.llama_print_system_info().decode(errors="replace")
     features = [f.split("=")[0].split(":")[-1].strip() for f in info.split("|") if f.strip().endswith("= 1")]
     out: dict = {
@@ -189,6 +195,56 @@ def phase_llamacpp(model: str, threads: int | None, new_tokens: int) -> dict:
     return out
 
 
+def phase_hf_reuse(model: str, threads: int | None, new_tokens: int) -> dict:
+    """The real prompt on the hf backend: one pass, the shared-prefix rule's two passes, the saved cache."""
+    from quco.config import GeneratorConfig
+    from quco.llm import build_generator
+
+    gen = build_generator(GeneratorConfig(model=model, threads=threads))
+    prompt = _real_prompt()
+    import torch
+
+    out: dict = {"model": model, "threads": torch.get_num_threads(), "load_source": gen.load_source}
+    gen.generate("Hello", max_new_tokens=2)  # warm-up
+    runs = []
+    for label, shared_prefix, reuse in (("one pass", False, False), ("two passes", True, False),
+                                        ("saved exemplars", True, True)):  # fmt: skip
+        gen.shared_prefix, gen.reuse = shared_prefix, reuse
+        if reuse:
+            gen.generate(prompt, max_new_tokens=1)  # saves the exemplars' cache
+            gen.generate("An unrelated prompt.", max_new_tokens=1)
+        times = []
+        for _ in range(2):
+            start, cpu = time.perf_counter(), time.process_time()
+            first = gen.generate(prompt, max_new_tokens=1)[0]
+            times.append((time.perf_counter() - start, time.process_time() - cpu))
+        g = gen.generate(prompt, max_new_tokens=new_tokens, logprobs=True)[0]
+        digest = hashlib.sha256(json.dumps(g.token_ids).encode()).hexdigest()[:16]
+        runs.append({
+            "label": label, "wall_s": [t[0] for t in times], "cpu_s": [t[1] for t in times],
+            "prompt_tokens": first.prompt_tokens, "evaluated": first.prompt_tokens_evaluated,
+            "answer": g.text, "digest": digest, "logprob_sum": sum(g.logprobs or []),
+        })  # fmt: skip
+    out["runs"] = runs
+    out["peak_rss_mb"] = _peak_rss_mb()
+    return out
+
+
+def _print_hf_reuse(r: dict) -> None:
+    print(
+        f"transformers, {r['model']} ({r['load_source']}), {r['threads']} thread(s): the real prompt, 1 new token"
+    )
+    for run in r["runs"]:
+        walls = ", ".join(f"{w:.1f}" for w in run["wall_s"])
+        cpus = ", ".join(f"{c:.1f}" for c in run["cpu_s"])
+        print(
+            f"  {run['label']:16s} {walls} s ({cpus} CPU s), {run['evaluated']} of {run['prompt_tokens']} "
+            f"tokens evaluated; answer digest {run['digest']}, logprob sum {run['logprob_sum']:.6f}"
+        )
+    print(f"  answer: {r['runs'][-1]['answer']!r}")
+    print(f"  peak RSS: {r['peak_rss_mb']:.0f} MB")
+
+
 def _print_llamacpp(r: dict) -> None:
     print(f"llama.cpp, {r['model']}, {r['threads']} thread(s): prompt of {r['prompt_tokens']} tokens, "
           f"{r['shared_tokens']} of them exemplars")  # fmt: skip
@@ -236,7 +292,15 @@ def main() -> None:
     parser.add_argument("--skip-convert", action="store_true")
     parser.add_argument("--phase", choices=["convert", "cached"], help=argparse.SUPPRESS)
     parser.add_argument("--llamacpp", metavar="MODEL", help="measure the llama.cpp backend on MODEL instead")
+    parser.add_argument("--hf-reuse", metavar="MODEL", help="measure the transformers backend's prefix reuse")
     args = parser.parse_args()
+
+    if args.hf_reuse:
+        print(f"load average at start: {os.getloadavg()[0]:.2f}")
+        result = phase_hf_reuse(args.hf_reuse, args.threads, args.new_tokens)
+        print(f"load average at end:   {os.getloadavg()[0]:.2f}")
+        _print_hf_reuse(result)
+        return
 
     if args.llamacpp:
         print(f"load average at start: {os.getloadavg()[0]:.2f}")

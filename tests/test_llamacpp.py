@@ -15,16 +15,14 @@ import pytest
 
 from quco.config import GeneratorConfig, PipelineConfig, load_config
 from quco.errors import CapabilityError, ConfigError
-from quco.llm import Capability, Generation, build_generator
-from quco.llm.base import Prompt
+from quco.llm import Capability, build_generator
 from quco.llm.llamacpp import LlamaCppGenerator
 from quco.llm.models import default_gguf_path
 from quco.llm.openai_compat import OpenAICompatGenerator, approx_entropy
 from quco.methods import method_class
 from quco.pipeline import Pipeline
-from quco.prompts import build_prompt, load_exemplars, load_template
-from quco.retrieval.base import Passage
 from support.llama_server import LlamaServer, ServedModel
+from support.prompts import run_prompts, signature
 
 pytestmark = pytest.mark.model
 
@@ -143,32 +141,6 @@ def test_samples_share_the_prompt_cache_stay_reproducible_and_stop_when_asked(
             assert g.finish_reason == "stop" and len(g.text.split()) == 3 and len(g.token_ids) < 12
 
 
-def _prompts(hotpot_dev: list[dict]) -> list[Prompt]:
-    """Real prompt shapes of runs: 8 exemplars (past Gemma's 512-token sliding window), then passages or none, a
-    question, and text written so far; two questions, two templates."""
-    exemplars = load_exemplars("builtin:hotpotqa")[:8]
-    baseline, quco = load_template("baseline"), load_template("quco")
-    q0, q1 = hotpot_dev[0], hotpot_dev[1]
-
-    def docs(row: dict) -> list[Passage]:
-        return [Passage(str(i), p["title"], p["text"]) for i, p in enumerate(row["context_paragraphs"][:2])]
-
-    return [
-        build_prompt(q0["question"], exemplars, baseline),
-        build_prompt(q0["question"], exemplars, baseline, docs(q0)),
-        build_prompt(
-            q0["question"], exemplars, baseline, docs(q0), prefix="First, the facts.", regenerate=True
-        ),
-        build_prompt(q1["question"], exemplars, baseline, docs(q1)),
-        build_prompt(q1["question"], exemplars, quco, docs(q1)),
-        build_prompt(q1["question"], exemplars, quco),
-    ]
-
-
-def _signature(g: Generation) -> tuple:
-    return (g.token_ids, g.logprobs, g.entropies, g.top_logprobs, g.finish_reason)
-
-
 def test_prefix_reuse_gives_identical_tokens_and_logprobs_in_any_order(
     local: LlamaCppGenerator, hotpot_dev: list[dict]
 ) -> None:
@@ -176,7 +148,7 @@ def test_prefix_reuse_gives_identical_tokens_and_logprobs_in_any_order(
     evaluation makes the same computation: tokens, logprobs, entropies and top alternatives are bit-identical
     to evaluating every prompt from scratch, whatever was asked before (other questions, other templates, a
     prompt that shares nothing) and in any order."""
-    prompts = _prompts(hotpot_dev)
+    prompts = run_prompts(hotpot_dev)
     kw = {"max_new_tokens": 10, "logprobs": True, "entropy": True}
     assert all(p.shared > 0 for p in prompts)
     local.prefix_states = 8  # room for every prefix variant here (the exemplars' last token can merge)
@@ -189,13 +161,13 @@ def test_prefix_reuse_gives_identical_tokens_and_logprobs_in_any_order(
     for i in [3, 0, 5, 1, 4, 2]:
         local.generate("An unrelated prompt that shares nothing.", max_new_tokens=2)  # no live reuse
         got = local.generate(prompts[i], **kw)[0]
-        assert _signature(got) == _signature(fresh[i]), f"prompt {i} differs with reuse"
+        assert signature(got) == signature(fresh[i]), f"prompt {i} differs with reuse"
         assert got.prompt_tokens == fresh[i].prompt_tokens
         # the exemplars (about 530 tokens here) come from their saved state, kept while reuse was off
         assert got.prompt_tokens_evaluated < got.prompt_tokens - 450, i
     for i in [5, 4, 2, 1, 0, 3]:  # straight after one another: the previous prompt's state is reused as well
         got = local.generate(prompts[i], **kw)[0]
-        assert _signature(got) == _signature(fresh[i]), f"prompt {i} differs with reuse"
+        assert signature(got) == signature(fresh[i]), f"prompt {i} differs with reuse"
         assert got.prompt_tokens_evaluated < got.prompt_tokens - 450, i
 
 

@@ -64,7 +64,7 @@ class Counters:
 
     llm_calls: dict[str, int] = field(default_factory=dict)
     prompt_tokens: dict[str, int] = field(default_factory=dict)
-    # Prompt tokens the model actually evaluated; the rest came from the backend's cache (llamacpp's reuse).
+    # Prompt tokens the model actually evaluated; the rest came from the backend's cache (llamacpp, hf).
     prompt_tokens_evaluated: dict[str, int] = field(default_factory=dict)
     generated_tokens: dict[str, int] = field(default_factory=dict)
     retrievals: int = 0  # retrieval queries issued

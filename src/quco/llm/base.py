@@ -41,7 +41,7 @@ CAPABILITY_PROVIDERS: dict[Capability, str] = {
 class Prompt(str):
     """Prompt text that says how many of its leading characters many calls share (the few-shot exemplars).
 
-    A backend may keep the evaluated state of that prefix and reuse it across calls ('llamacpp' does); to every
+    A backend may keep the evaluated state of that prefix and reuse it across calls ('llamacpp' and 'hf' do); to every
     other reader it is the plain string it is. Any string operation returns a plain ``str``, so an edited prompt
     never carries a stale claim.
     """

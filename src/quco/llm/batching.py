@@ -1,5 +1,8 @@
 """How the ``llamacpp`` backend splits a prompt into batches, and how much evaluated state a prompt may reuse.
 
+(The ``hf`` backend follows the same rule at its coarsest: a prompt's declared shared prefix is always
+evaluated as a forward pass of its own, so that its saved cache can stand in for it exactly.)
+
 llama.cpp's results depend in their last bits on how a prompt is split into batches (its CPU kernels take
 other paths for a lone row than for a tile of rows). So every prompt is split by one rule that depends on the
 prompt alone: batches of ``chunk`` tokens from position 0 up to the end of its declared shared prefix (the
@@ -11,7 +14,8 @@ the new prompt would compute them, and the output cannot depend on what was aske
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -59,4 +63,31 @@ def reusable(
     return keep
 
 
-__all__ = ["MIN_SHARED_TOKENS", "batch_ends", "common_prefix", "reusable"]
+class SharedPrefixTokens:
+    """The tokens of the shared prefixes prompts declare (``quco.llm.base.Prompt``), kept by text for reuse.
+
+    ``tokenize`` turns a prefix's text into the tokens it would have at the start of a prompt (with BOS).
+    """
+
+    def __init__(self, tokenize: Callable[[str], list[int]], keep: int = 16) -> None:
+        self._tokenize = tokenize
+        self._keep = keep
+        self._ids: OrderedDict[str, list[int]] = OrderedDict()
+
+    def count(self, prompt: str, chars: int, ids: Sequence[int]) -> int:
+        """Leading tokens of ``ids`` (the whole prompt's tokens) that belong to its first ``chars`` characters."""
+        if chars <= 0:
+            return 0
+        text = prompt[:chars]
+        head = self._ids.get(text)
+        if head is None:
+            head = self._tokenize(text)
+            self._ids[text] = head
+            while len(self._ids) > self._keep:
+                self._ids.popitem(last=False)
+        self._ids.move_to_end(text)
+        # the prefix's last tokens may merge with what follows it: only the tokens the prompt has in common
+        return common_prefix(head, ids)
+
+
+__all__ = ["MIN_SHARED_TOKENS", "SharedPrefixTokens", "batch_ends", "common_prefix", "reusable"]

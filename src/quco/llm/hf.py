@@ -8,6 +8,7 @@ fraction of its time) and every later load reads that cache, without any network
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import hashlib
 import inspect
@@ -16,6 +17,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,9 @@ from quco.llm.base import (
     Sample,
     StopWhen,
     prompt_budget,
+    shared_chars,
 )
+from quco.llm.batching import MIN_SHARED_TOKENS, SharedPrefixTokens
 from quco.llm.models import default_gguf_path, named_gguf
 from quco.paths import cache_dir
 from quco.storage import clean_stale_builds, locked, staged, write_json
@@ -347,6 +351,8 @@ class HFGenerator(GeneratorBase):
         }
     )
 
+    _copy_changes = {"prompt_tokens_evaluated": 0}  # a greedy copy costs no prompt evaluation
+
     def __init__(self, model: Any, tokenizer: Any, *, max_context_tokens: int, load_source: str = "") -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -357,6 +363,16 @@ class HFGenerator(GeneratorBase):
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._has_logits_to_keep = "logits_to_keep" in params
+        # The few-shot exemplars open every prompt of a run (``Prompt.shared``). Their prefix is always evaluated
+        # in a forward pass of its own and its cache is kept, so a later prompt with the same exemplars starts
+        # from a copy of it: the same computation as a fresh evaluation, so the same output. Switching these
+        # off changes the speed, never the output (``reuse``), or evaluates every prompt in one pass
+        # (``shared_prefix``).
+        self.reuse = True
+        self.shared_prefix = True
+        self.prefix_states = 4  # shared-prefix caches kept (least recently used dropped first)
+        self._states: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self._prefix_ids = SharedPrefixTokens(lambda text: list(self.tokenizer(text)["input_ids"]))
 
     # ----------------------------------------------------------------------------------------------------------
     @classmethod
@@ -399,6 +415,11 @@ class HFGenerator(GeneratorBase):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def clear_cache(self) -> None:
+        """Forget the saved shared-prefix caches: the next prompt evaluates its exemplars again."""
+        with self._lock:
+            self._states.clear()
+
     # ----------------------------------------------------------------------------------------------------------
     def count_tokens(self, text: str) -> int:
         """Tokens the text contributes to a prompt (without the BOS the tokenizer adds at the start)."""
@@ -432,10 +453,13 @@ class HFGenerator(GeneratorBase):
         ids, truncated = self._encode(r.prompt, prompt_budget(self.max_context_tokens, r.max_new_tokens))
         if truncated:
             logger.warning("Prompt left-truncated to its last %d tokens", len(ids))
+        shared = 0
+        if self.shared_prefix and not truncated:
+            shared = self._prefix_ids.count(r.prompt, shared_chars(r.prompt), ids)
         with self._lock:
             rows = self._decode_loop(
                 ids, r.samples, r.max_new_tokens, r.stops, r.greedy, r.temperature, r.top_p, r.top_k, r.seed,
-                r.stop_when,
+                r.stop_when, shared,
             )  # fmt: skip
         for row in rows:
             row.pieces, _text = _pieces(self.tokenizer, row.ids)
@@ -453,10 +477,10 @@ class HFGenerator(GeneratorBase):
         top_k: int,
         seed: int | None,
         stop_when: StopWhen | None = None,
+        shared: int = 0,
     ) -> list[Sample]:
         """Prefill once, copy the cache per sample, then decode step by step until every row has finished."""
-        cache = DynamicCache(config=self.model.config)
-        logits = self._forward(torch.tensor([ids], device=self.device), cache, last_only=True)
+        logits, cache, evaluated = self._prefill(ids, shared)
         if rows_n > 1:
             cache.batch_repeat_interleave(rows_n)
             logits = logits.expand(rows_n, -1)
@@ -464,7 +488,7 @@ class HFGenerator(GeneratorBase):
         if not greedy:
             rng = torch.Generator(device=self.device)
             rng.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
-        rows = [Sample() for _ in range(rows_n)]
+        rows = [Sample(evaluated=evaluated if r == 0 else 0) for r in range(rows_n)]  # one prefill for all
         for step in range(max_new_tokens):
             logp = torch.log_softmax(logits, dim=-1)
             chosen = logits.argmax(dim=-1) if greedy else _sample(logits, temperature, top_p, top_k, rng)
@@ -492,6 +516,37 @@ class HFGenerator(GeneratorBase):
             if row.finish is None:
                 row.finish = "length"
         return rows
+
+    def _prefill(self, ids: list[int], shared: int) -> tuple[torch.Tensor, Any, int]:
+        """The last position's logits, the cache and the number of prompt tokens evaluated.
+
+        A prompt whose first ``shared`` tokens are a declared shared prefix is evaluated in two forward passes,
+        the prefix and then the rest, whether or not the prefix's cache was saved: a saved cache therefore
+        holds exactly what the first pass would compute, and a copy of it stands in for that pass.
+        """
+        if not MIN_SHARED_TOKENS <= shared < len(ids):
+            cache = DynamicCache(config=self.model.config)
+            return (
+                self._forward(torch.tensor([ids], device=self.device), cache, last_only=True),
+                cache,
+                len(ids),
+            )
+        key = tuple(ids[:shared])
+        saved = self._states.get(key) if self.reuse else None
+        evaluated = len(ids) - shared
+        if saved is None:
+            cache = DynamicCache(config=self.model.config)
+            self._forward(torch.tensor([ids[:shared]], device=self.device), cache, last_only=True)
+            evaluated += shared
+            if self.prefix_states > 0:  # kept even while reuse is off, as the llama.cpp backend does
+                self._states[key] = copy.deepcopy(cache)
+                while len(self._states) > self.prefix_states:
+                    self._states.popitem(last=False)
+        else:
+            self._states.move_to_end(key)
+            cache = copy.deepcopy(saved)
+        logits = self._forward(torch.tensor([ids[shared:]], device=self.device), cache, last_only=True)
+        return logits, cache, evaluated
 
     # ----------------------------------------------------------------------------------------------------------
     @torch.inference_mode()

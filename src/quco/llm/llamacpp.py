@@ -36,7 +36,7 @@ from quco.llm.base import (
     prompt_budget,
     shared_chars,
 )
-from quco.llm.batching import batch_ends, common_prefix, reusable
+from quco.llm.batching import SharedPrefixTokens, batch_ends, common_prefix, reusable
 from quco.llm.models import default_gguf_path, named_gguf
 from quco.machine import usable_cores
 
@@ -160,7 +160,9 @@ class LlamaCppGenerator(GeneratorBase):
         self._ends: list[int] = []  # batch ends of the evaluated prompt whose state the context holds
         self._key: tuple[int, ...] | None = None  # and the shared prefix it was evaluated with
         self._states: OrderedDict[tuple[int, ...], bytes] = OrderedDict()  # shared prefix -> sequence state
-        self._prefix_ids: OrderedDict[str, list[int]] = OrderedDict()  # shared prefix text -> its tokens
+        self._prefix_ids = SharedPrefixTokens(
+            lambda text: self.llama.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+        )  # shared prefix text -> its tokens
         self._lock = threading.Lock()  # one decode at a time: the context and its KV cache are not re-entrant
         self._llama_cpp = _import_llama_cpp()
 
@@ -326,18 +328,7 @@ class LlamaCppGenerator(GeneratorBase):
 
     def _shared_tokens(self, prompt: str, ids: list[int]) -> int:
         """Leading tokens of ``ids`` that belong to the prompt's declared shared prefix (0 if none)."""
-        chars = shared_chars(prompt)
-        if not (self.shared_prefix and chars):
-            return 0
-        text = prompt[:chars]
-        head = self._prefix_ids.get(text)
-        if head is None:
-            head = self.llama.tokenize(text.encode("utf-8"), add_bos=True, special=True)
-            self._prefix_ids[text] = head
-            while len(self._prefix_ids) > 16:
-                self._prefix_ids.popitem(last=False)
-        # the prefix's last tokens may merge with what follows it: only the tokens the prompt has in common
-        return common_prefix(head, ids)
+        return self._prefix_ids.count(prompt, shared_chars(prompt), ids) if self.shared_prefix else 0
 
     def _prefill(self, ids: list[int], shared: int) -> int:
         """Evaluate the prompt as a fresh evaluation would, reusing state only where that is the same
