@@ -295,19 +295,14 @@ def main() -> None:
     parser.add_argument("--hf-reuse", metavar="MODEL", help="measure the transformers backend's prefix reuse")
     args = parser.parse_args()
 
-    if args.hf_reuse:
-        print(f"load average at start: {os.getloadavg()[0]:.2f}")
-        result = phase_hf_reuse(args.hf_reuse, args.threads, args.new_tokens)
-        print(f"load average at end:   {os.getloadavg()[0]:.2f}")
-        _print_hf_reuse(result)
-        return
-
-    if args.llamacpp:
-        print(f"load average at start: {os.getloadavg()[0]:.2f}")
-        result = phase_llamacpp(args.llamacpp, args.threads, args.new_tokens)
-        print(f"load average at end:   {os.getloadavg()[0]:.2f}")
-        _print_llamacpp(result)
-        return
+    for model, phase, show in ((args.hf_reuse, phase_hf_reuse, _print_hf_reuse),
+                               (args.llamacpp, phase_llamacpp, _print_llamacpp)):  # fmt: skip
+        if model:
+            print(f"load average at start: {os.getloadavg()[0]:.2f}")
+            result = phase(model, args.threads, args.new_tokens)
+            print(f"load average at end:   {os.getloadavg()[0]:.2f}")
+            show(result)
+            return
 
     if args.phase == "convert":
         print(json.dumps(phase_convert(args.threads)))

@@ -22,7 +22,7 @@ from quco.llm.openai_compat import OpenAICompatGenerator, approx_entropy
 from quco.methods import method_class
 from quco.pipeline import Pipeline
 from support.llama_server import LlamaServer, ServedModel
-from support.prompts import run_prompts, signature
+from support.prompts import check_reuse, run_prompts, signature
 
 pytestmark = pytest.mark.model
 
@@ -151,20 +151,7 @@ def test_prefix_reuse_gives_identical_tokens_and_logprobs_in_any_order(
     prompts = run_prompts(hotpot_dev)
     kw = {"max_new_tokens": 10, "logprobs": True, "entropy": True}
     assert all(p.shared > 0 for p in prompts)
-    local.prefix_states = 8  # room for every prefix variant here (the exemplars' last token can merge)
-    local.reuse = False
-    try:
-        fresh = [local.generate(p, **kw)[0] for p in prompts]
-    finally:
-        local.reuse = True
-    assert all(g.prompt_tokens_evaluated == g.prompt_tokens for g in fresh)
-    for i in [3, 0, 5, 1, 4, 2]:
-        local.generate("An unrelated prompt that shares nothing.", max_new_tokens=2)  # no live reuse
-        got = local.generate(prompts[i], **kw)[0]
-        assert signature(got) == signature(fresh[i]), f"prompt {i} differs with reuse"
-        assert got.prompt_tokens == fresh[i].prompt_tokens
-        # the exemplars (about 530 tokens here) come from their saved state, kept while reuse was off
-        assert got.prompt_tokens_evaluated < got.prompt_tokens - 450, i
+    fresh = check_reuse(local, prompts, **kw)
     for i in [5, 4, 2, 1, 0, 3]:  # straight after one another: the previous prompt's state is reused as well
         got = local.generate(prompts[i], **kw)[0]
         assert signature(got) == signature(fresh[i]), f"prompt {i} differs with reuse"

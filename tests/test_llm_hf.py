@@ -14,7 +14,7 @@ from quco.errors import QucoError
 from quco.llm import Capability, Generation, Generator, build_generator, hf
 from quco.llm.base import cut_at_stop, cut_generation
 from quco.paths import cache_dir
-from support.prompts import run_prompts, signature
+from support.prompts import check_reuse, run_prompts
 
 EIFFEL = "The Eiffel Tower is located in"
 
@@ -315,20 +315,7 @@ def test_prefix_reuse_gives_identical_tokens_and_scores_in_any_order(
     kw = {"max_new_tokens": 6, "logprobs": True, "entropy": True}
     assert all(p.shared > 0 for p in prompts)
     gen.clear_cache()
-    gen.prefix_states = 8  # room for every prefix variant here (the exemplars' last token can merge)
-    gen.reuse = False
-    try:
-        fresh = [gen.generate(p, **kw)[0] for p in prompts]
-    finally:
-        gen.reuse = True
-    assert all(g.prompt_tokens_evaluated == g.prompt_tokens for g in fresh)
-    for i in [3, 0, 5, 1, 4, 2]:
-        gen.generate("An unrelated prompt that shares nothing.", max_new_tokens=2)
-        got = gen.generate(prompts[i], **kw)[0]
-        assert signature(got) == signature(fresh[i]), f"prompt {i} differs with reuse"
-        assert got.prompt_tokens == fresh[i].prompt_tokens
-        # the exemplars (about 530 tokens here) come from their saved cache, kept while reuse was off
-        assert got.prompt_tokens_evaluated < got.prompt_tokens - 450, i
+    check_reuse(gen, prompts, **kw)
     copies = gen.generate(prompts[1], n=3, max_new_tokens=2)
     assert copies[0].prompt_tokens_evaluated < copies[0].prompt_tokens - 450
     assert [g.prompt_tokens_evaluated for g in copies[1:]] == [0, 0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from quco.llm.base import Generation, Prompt
 from quco.prompts import build_prompt, load_exemplars, load_template
 from quco.retrieval.base import Passage
@@ -31,3 +33,23 @@ def run_prompts(hotpot_dev: list[dict]) -> list[Prompt]:
 
 def signature(g: Generation) -> tuple:
     return (g.token_ids, g.logprobs, g.entropies, g.top_logprobs, g.finish_reason)
+
+
+def check_reuse(gen: Any, prompts: list[Prompt], **kw: Any) -> list[Generation]:
+    """Every prompt from scratch (reuse off; the exemplars' states are still kept), then again in another order
+    after an unrelated prompt each time, with reuse: the same tokens and scores, the exemplars not evaluated."""
+    gen.prefix_states = 8  # room for every prefix variant here (the exemplars' last token can merge)
+    gen.reuse = False
+    try:
+        fresh = [gen.generate(p, **kw)[0] for p in prompts]
+    finally:
+        gen.reuse = True
+    assert all(g.prompt_tokens_evaluated == g.prompt_tokens for g in fresh)
+    for i in [3, 0, 5, 1, 4, 2]:
+        gen.generate("An unrelated prompt that shares nothing.", max_new_tokens=2)  # no live reuse
+        got = gen.generate(prompts[i], **kw)[0]
+        assert signature(got) == signature(fresh[i]), f"prompt {i} differs with reuse"
+        assert got.prompt_tokens == fresh[i].prompt_tokens
+        # the exemplars (about 530 tokens here) come from their saved state, kept while reuse was off
+        assert got.prompt_tokens_evaluated < got.prompt_tokens - 450, i
+    return fresh

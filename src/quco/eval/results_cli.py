@@ -12,17 +12,17 @@ from quco.cli_support import friendly_errors, out, setup_logging, sub_app
 results_app = sub_app("The results table of a plan: run or resume every row, then tabulate what is recorded.")
 
 PlanArg = Annotated[Path, typer.Argument(help="Results plan (YAML), e.g. configs/results/headline.yaml.")]
+DatasetOpt = Annotated[
+    list[str] | None, typer.Option("--dataset", help="Only this dataset's rows (repeatable).")
+]
+RowOpt = Annotated[list[str] | None, typer.Option("--row", help="Only rows of this name (repeatable).")]
 
 
 @results_app.command("run")
 def run_cli(
     plan: PlanArg,
-    dataset: Annotated[
-        list[str] | None, typer.Option("--dataset", help="Only this dataset's rows (repeatable).")
-    ] = None,
-    row: Annotated[
-        list[str] | None, typer.Option("--row", help="Only rows of this name (repeatable).")
-    ] = None,
+    dataset: DatasetOpt = None,
+    row: RowOpt = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print each row's `quco eval` command; run nothing.")
     ] = False,
@@ -64,12 +64,8 @@ def run_cli(
 @results_app.command("status")
 def status_cli(
     plan: PlanArg,
-    dataset: Annotated[
-        list[str] | None, typer.Option("--dataset", help="Only this dataset's rows (repeatable).")
-    ] = None,
-    row: Annotated[
-        list[str] | None, typer.Option("--row", help="Only rows of this name (repeatable).")
-    ] = None,
+    dataset: DatasetOpt = None,
+    row: RowOpt = None,
 ) -> None:
     """Which rows are complete, and the hours of compute the others need at their recorded pace."""
     from quco.eval.plan import load_plan
