@@ -453,10 +453,10 @@ class HFGenerator(GeneratorBase):
         ids, truncated = self._encode(r.prompt, prompt_budget(self.max_context_tokens, r.max_new_tokens))
         if truncated:
             logger.warning("Prompt left-truncated to its last %d tokens", len(ids))
-        shared = 0
-        if self.shared_prefix and not truncated:
-            shared = self._prefix_ids.count(r.prompt, shared_chars(r.prompt), ids)
         with self._lock:
+            shared = 0
+            if self.shared_prefix and not truncated:
+                shared = self._prefix_ids.count(r.prompt, shared_chars(r.prompt), ids)
             rows = self._decode_loop(
                 ids, r.samples, r.max_new_tokens, r.stops, r.greedy, r.temperature, r.top_p, r.top_k, r.seed,
                 r.stop_when, shared,
