@@ -15,7 +15,8 @@ digest of the prompt's greedy answer with its logprobs: two builds (e.g. one com
 ``--hf-reuse MODEL`` measures the transformers backend on a model's real 8-exemplar prompt (the one
 ``--llamacpp`` uses): the prompt evaluated in one pass, in the two passes of the shared-prefix rule, and with
 the exemplars' saved cache (``--hf-reuse qwen2.5-1.5b-instruct`` is the path DRAGIN and SeaKR take on the
-evaluation model), and whether the three give the same greedy answer.
+evaluation model), and whether the three give the same greedy answer; then the hidden states of four
+continuations of that prompt (SeaKR's pattern), one pass each against the prompt's saved context.
 
     python bench/bench_llm.py [--threads N] [--skip-convert] [--new-tokens 64]
     python bench/bench_llm.py --llamacpp qwen2.5-1.5b-instruct [--threads 1]
@@ -226,6 +227,30 @@ def phase_hf_reuse(model: str, threads: int | None, new_tokens: int) -> dict:
             "answer": g.text, "digest": digest, "logprob_sum": sum(g.logprobs or []),
         })  # fmt: skip
     out["runs"] = runs
+    # SeaKR's pattern: hidden states of several continuations of one prompt (its middle layer)
+    from quco.llm.base import Prompt
+
+    steps = [" Scott Derrickson is American.", " Ed Wood was American.", " Both were American.", " Yes."]
+    layer = gen.model.config.get_text_config().num_hidden_layers // 2
+    analyses = []
+    for label, text_of, reuse in (
+        ("one pass each", lambda s: str(prompt) + s, False),
+        ("context saved", lambda s: Prompt(str(prompt) + s, shared=len(prompt)), True),
+    ):
+        gen.reuse = reuse
+        gen.clear_cache()
+        start, cpu = time.perf_counter(), time.process_time()
+        states = [gen.analyze(text_of(s), hidden_layers=[layer]).hidden[layer][-1] for s in steps]
+        analyses.append({
+            "label": label, "wall_s": time.perf_counter() - start, "cpu_s": time.process_time() - cpu,
+            "states": states,
+        })  # fmt: skip
+    a, b = analyses
+    out["analyses"] = [{k: v for k, v in x.items() if k != "states"} for x in analyses]
+    out["analysis_steps"], out["analysis_layer"] = len(steps), layer
+    out["analysis_max_diff"] = max(
+        float(abs(x - y).max()) for x, y in zip(a["states"], b["states"], strict=True)
+    )
     out["peak_rss_mb"] = _peak_rss_mb()
     return out
 
@@ -242,6 +267,12 @@ def _print_hf_reuse(r: dict) -> None:
             f"tokens evaluated; answer digest {run['digest']}, logprob sum {run['logprob_sum']:.6f}"
         )
     print(f"  answer: {r['runs'][-1]['answer']!r}")
+    print(
+        f"  hidden states (layer {r['analysis_layer']}) of {r['analysis_steps']} continuations of the prompt:"
+    )
+    for a in r["analyses"]:
+        print(f"    {a['label']:14s} {a['wall_s']:6.1f} s ({a['cpu_s']:.1f} CPU s)")
+    print(f"    largest difference of the last token's state between the two: {r['analysis_max_diff']:.2e}")
     print(f"  peak RSS: {r['peak_rss_mb']:.0f} MB")
 
 

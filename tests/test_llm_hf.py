@@ -325,3 +325,33 @@ def test_prefix_reuse_gives_identical_tokens_and_scores_in_any_order(
     finally:
         gen.shared_prefix = True
     assert whole.prompt_tokens_evaluated == whole.prompt_tokens
+
+
+def test_analysis_after_a_shared_context_reuses_it_exactly(
+    gen: hf.HFGenerator, hotpot_dev: list[dict]
+) -> None:
+    """SeaKR's pattern: many continuations of one prompt, each analysed for hidden states. The context is one
+    forward pass whose cache and states are kept; each continuation then evaluates only its own tokens. The
+    states equal a fresh two-pass evaluation bit for bit, and one pass over the whole text up to float noise."""
+    from quco.llm.base import Prompt
+
+    context = run_prompts(hotpot_dev)[1]
+    steps = [" Scott Derrickson is American.", " Both are American directors.", " Ed Wood was born in 1924."]
+    layers = (0, 9, -1)
+    gen.clear_cache()
+    gen.reuse = False
+    try:
+        fresh = [gen.analyze(Prompt(context + s, shared=len(context)), hidden_layers=layers) for s in steps]
+    finally:
+        gen.reuse = True
+    assert all(a.evaluated == len(a.token_ids) for a in fresh)
+    for s, want in zip(reversed(steps), reversed(fresh), strict=True):
+        got = gen.analyze(Prompt(context + s, shared=len(context)), hidden_layers=layers)
+        assert got.token_ids == want.token_ids and got.evaluated < 20
+        for layer in layers:
+            assert got.hidden[layer].shape == (len(got.token_ids), want.hidden[layer].shape[1])
+            assert np.array_equal(got.hidden[layer], want.hidden[layer]), layer
+    whole = gen.analyze(context + steps[0], hidden_layers=layers)  # a plain string: one pass
+    assert whole.evaluated is None and whole.token_ids == fresh[0].token_ids
+    for layer in layers:
+        assert np.allclose(whole.hidden[layer], fresh[0].hidden[layer], atol=1e-3, rtol=1e-3), layer

@@ -109,7 +109,7 @@ class RunContext:
         """A counted forward pass (attention, hidden states, token scores) over ``text``."""
         with self.timed("llm"):
             result = self.parts.generator.analyze(text, **options)
-        self.trace.counters.add_llm(role, len(result.token_ids), 0)
+        self.trace.counters.add_llm(role, len(result.token_ids), 0, evaluated=result.evaluated)
         return result
 
     def count_tokens(self, text: str) -> int:

@@ -87,6 +87,7 @@ class Analysis:
     hidden: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> [seq, dim]
     logprobs: list[float] | None = None  # log p(token_i | prefix) for i >= 1 (index 0 is 0.0)
     entropies: list[float] | None = None  # entropy of the distribution that predicted token i
+    evaluated: int | None = None  # tokens run through the model (None: all; fewer when a cache stood in)
 
 
 # A predicate over the text generated so far, checked after each token by backends that decode token by token

@@ -22,6 +22,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from quco.config import GeneratorConfig
 from quco.errors import ConfigError, QucoError, first_line
 from quco.llm.base import (
@@ -372,6 +374,11 @@ class HFGenerator(GeneratorBase):
         self.shared_prefix = True
         self.prefix_states = 4  # shared-prefix caches kept (least recently used dropped first)
         self._states: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        # analyze() of texts that declare a shared context (SeaKR's sampled steps after one prompt): the
+        # context's cache and hidden states, per context and layers
+        self._analysis_states: OrderedDict[tuple[Any, ...], tuple[Any, dict[int, torch.Tensor]]] = (
+            OrderedDict()
+        )
         self._prefix_ids = SharedPrefixTokens(lambda text: list(self.tokenizer(text)["input_ids"]))
 
     # ----------------------------------------------------------------------------------------------------------
@@ -419,6 +426,7 @@ class HFGenerator(GeneratorBase):
         """Forget the saved shared-prefix caches: the next prompt evaluates its exemplars again."""
         with self._lock:
             self._states.clear()
+            self._analysis_states.clear()
 
     # ----------------------------------------------------------------------------------------------------------
     def count_tokens(self, text: str) -> int:
@@ -577,6 +585,16 @@ class HFGenerator(GeneratorBase):
                     f"use -{n_layers + 1}..{n_layers}"
                 )
 
+        shared = 0
+        if self.shared_prefix and hidden_layers and att_idx is None and not scores and not truncated:
+            with self._lock:
+                shared = self._prefix_ids.count(text, shared_chars(text), ids)
+        if MIN_SHARED_TOKENS <= shared < len(ids):
+            with self._lock:
+                hidden, evaluated = self._hidden_after_context(ids, shared, tuple(hidden_layers))
+            pieces, _ = _pieces(self.tokenizer, ids)
+            return Analysis(token_ids=ids, tokens=pieces, hidden=hidden, evaluated=evaluated)
+
         captured: dict[str, torch.Tensor] = {}
         handle = None
         if att_idx is not None and attn_modules is not None:
@@ -619,6 +637,48 @@ class HFGenerator(GeneratorBase):
         return Analysis(
             token_ids=ids, tokens=pieces, attention=attention, hidden=hidden, logprobs=lps, entropies=ents
         )
+
+    def _hidden_after_context(
+        self, ids: list[int], shared: int, layers: tuple[int, ...]
+    ) -> tuple[dict[int, np.ndarray], int]:
+        """Hidden states of a text whose first ``shared`` tokens are a declared context, in two passes.
+
+        The context is always its own forward pass, whose cache and hidden states are kept, and the rest a
+        second pass over that cache: a later text with the same context (another sampled continuation of one
+        prompt) evaluates only its own tokens, and gets exactly what a fresh evaluation gives.
+        """
+        decoder = self.model.get_decoder()
+        key = (layers, tuple(ids[:shared]))
+        entry = self._analysis_states.get(key) if self.reuse else None
+        evaluated = len(ids) - shared
+        if entry is None:
+            cache = DynamicCache(config=self.model.config)
+            out = decoder(
+                input_ids=torch.tensor([ids[:shared]], device=self.device),
+                use_cache=True,
+                output_hidden_states=True,
+                **{self._cache_kw: cache},
+            )
+            entry = (cache, {layer: out.hidden_states[layer][0] for layer in layers})
+            evaluated += shared
+            if self.prefix_states > 0:
+                self._analysis_states[key] = (copy.deepcopy(cache), entry[1])
+                while len(self._analysis_states) > self.prefix_states:
+                    self._analysis_states.popitem(last=False)
+        else:
+            self._analysis_states.move_to_end(key)
+            entry = (copy.deepcopy(entry[0]), entry[1])
+        out = decoder(
+            input_ids=torch.tensor([ids[shared:]], device=self.device),
+            use_cache=True,
+            output_hidden_states=True,
+            **{self._cache_kw: entry[0]},
+        )
+        hidden = {
+            layer: torch.cat([entry[1][layer], out.hidden_states[layer][0]]).float().cpu().numpy()
+            for layer in layers
+        }
+        return hidden, evaluated
 
     @contextlib.contextmanager
     def _attention_weights(self, needed: bool) -> Iterator[None]:
