@@ -330,28 +330,41 @@ def test_prefix_reuse_gives_identical_tokens_and_scores_in_any_order(
 def test_analysis_after_a_shared_context_reuses_it_exactly(
     gen: hf.HFGenerator, hotpot_dev: list[dict]
 ) -> None:
-    """SeaKR's pattern: many continuations of one prompt, each analysed for hidden states. The context is one
-    forward pass whose cache and states are kept; each continuation then evaluates only its own tokens. The
-    states equal a fresh two-pass evaluation bit for bit, and one pass over the whole text up to float noise."""
-    from quco.llm.base import Prompt
+    """SeaKR's pattern: many continuations of one prompt, each analysed for hidden states. The exemplars and
+    the whole prompt are forward passes of their own whose caches and states are kept; a continuation then
+    evaluates only its own tokens, and another prompt with the same exemplars only what follows them. The
+    states equal a fresh evaluation's bit for bit, and one pass over the whole text's up to float noise."""
+    from quco.llm.base import Prompt, shared_levels
 
-    context = run_prompts(hotpot_dev)[1]
+    prompts = run_prompts(hotpot_dev)
+    contexts = [prompts[1], prompts[3]]  # two questions, the same exemplars
     steps = [" Scott Derrickson is American.", " Both are American directors.", " Ed Wood was born in 1924."]
     layers = (0, 9, -1)
+
+    def text(context: Prompt, step: str) -> Prompt:
+        return Prompt(context + step, shared=len(context), inner=shared_levels(context))
+
     gen.clear_cache()
     gen.reuse = False
     try:
-        fresh = [gen.analyze(Prompt(context + s, shared=len(context)), hidden_layers=layers) for s in steps]
+        fresh = [[gen.analyze(text(c, s), hidden_layers=layers) for s in steps] for c in contexts]
     finally:
         gen.reuse = True
-    assert all(a.evaluated == len(a.token_ids) for a in fresh)
-    for s, want in zip(reversed(steps), reversed(fresh), strict=True):
-        got = gen.analyze(Prompt(context + s, shared=len(context)), hidden_layers=layers)
-        assert got.token_ids == want.token_ids and got.evaluated < 20
-        for layer in layers:
-            assert got.hidden[layer].shape == (len(got.token_ids), want.hidden[layer].shape[1])
-            assert np.array_equal(got.hidden[layer], want.hidden[layer]), layer
-    whole = gen.analyze(context + steps[0], hidden_layers=layers)  # a plain string: one pass
-    assert whole.evaluated is None and whole.token_ids == fresh[0].token_ids
+    assert all(a.evaluated == len(a.token_ids) for row in fresh for a in row)
+    gen.clear_cache()
+    for c, context in enumerate(contexts):
+        for i in (2, 0, 1):
+            got = gen.analyze(text(context, steps[i]), hidden_layers=layers)
+            want = fresh[c][i]
+            assert got.token_ids == want.token_ids
+            for layer in layers:
+                assert got.hidden[layer].shape == (len(got.token_ids), want.hidden[layer].shape[1])
+                assert np.array_equal(got.hidden[layer], want.hidden[layer]), (c, i, layer)
+            if i != 2:  # the prompt's cache stands in: only the continuation is evaluated
+                assert got.evaluated < 20
+            elif c == 1:  # a new prompt: its exemplars (about 530 tokens) come from the first one's
+                assert len(got.token_ids) - 450 > got.evaluated > 20
+    whole = gen.analyze(contexts[0] + steps[0], hidden_layers=layers)  # a plain string: one pass
+    assert whole.evaluated is None and whole.token_ids == fresh[0][0].token_ids
     for layer in layers:
-        assert np.allclose(whole.hidden[layer], fresh[0].hidden[layer], atol=1e-3, rtol=1e-3), layer
+        assert np.allclose(whole.hidden[layer], fresh[0][0].hidden[layer], atol=1e-3, rtol=1e-3), layer

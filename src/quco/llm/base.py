@@ -41,22 +41,33 @@ CAPABILITY_PROVIDERS: dict[Capability, str] = {
 class Prompt(str):
     """Prompt text that says how many of its leading characters many calls share (the few-shot exemplars).
 
-    A backend may keep the evaluated state of that prefix and reuse it across calls ('llamacpp' and 'hf' do); to every
-    other reader it is the plain string it is. Any string operation returns a plain ``str``, so an edited prompt
-    never carries a stale claim.
+    A backend may keep the evaluated state of that prefix and reuse it across calls ('llamacpp' and 'hf' do);
+    to every other reader it is the plain string it is. Any string operation returns a plain ``str``, so an
+    edited prompt never carries a stale claim. ``inner`` names shorter shared prefixes inside the shared one
+    (a prompt's exemplars inside the whole prompt that many sampled continuations share): a backend may keep a
+    state at each of them.
     """
 
     shared: int
+    inner: tuple[int, ...]
 
-    def __new__(cls, text: str, shared: int = 0) -> Prompt:
+    def __new__(cls, text: str, shared: int = 0, inner: Sequence[int] = ()) -> Prompt:
         obj = super().__new__(cls, text)
         obj.shared = max(0, min(int(shared), len(text)))
+        obj.inner = tuple(sorted({int(c) for c in inner if 0 < int(c) < obj.shared}))
         return obj
 
 
 def shared_chars(prompt: str) -> int:
     """Leading characters of ``prompt`` that it declares shared with other calls (0 for a plain string)."""
     return prompt.shared if isinstance(prompt, Prompt) else 0
+
+
+def shared_levels(prompt: str) -> tuple[int, ...]:
+    """Every shared prefix ``prompt`` declares, shortest first, in characters (empty for a plain string)."""
+    if not isinstance(prompt, Prompt) or not prompt.shared:
+        return ()
+    return (*prompt.inner, prompt.shared)
 
 
 @dataclass

@@ -36,6 +36,7 @@ from quco.llm.base import (
     StopWhen,
     prompt_budget,
     shared_chars,
+    shared_levels,
 )
 from quco.llm.batching import MIN_SHARED_TOKENS, SharedPrefixTokens
 from quco.llm.models import default_gguf_path, named_gguf
@@ -585,13 +586,14 @@ class HFGenerator(GeneratorBase):
                     f"use -{n_layers + 1}..{n_layers}"
                 )
 
-        shared = 0
+        cuts: list[int] = []
         if self.shared_prefix and hidden_layers and att_idx is None and not scores and not truncated:
             with self._lock:
-                shared = self._prefix_ids.count(text, shared_chars(text), ids)
-        if MIN_SHARED_TOKENS <= shared < len(ids):
+                counted = {self._prefix_ids.count(text, chars, ids) for chars in shared_levels(text)}
+            cuts = sorted(c for c in counted if MIN_SHARED_TOKENS <= c < len(ids))
+        if cuts:
             with self._lock:
-                hidden, evaluated = self._hidden_after_context(ids, shared, tuple(hidden_layers))
+                hidden, evaluated = self._hidden_after_context(ids, cuts, tuple(hidden_layers))
             pieces, _ = _pieces(self.tokenizer, ids)
             return Analysis(token_ids=ids, tokens=pieces, hidden=hidden, evaluated=evaluated)
 
@@ -639,45 +641,51 @@ class HFGenerator(GeneratorBase):
         )
 
     def _hidden_after_context(
-        self, ids: list[int], shared: int, layers: tuple[int, ...]
+        self, ids: list[int], cuts: list[int], layers: tuple[int, ...]
     ) -> tuple[dict[int, np.ndarray], int]:
-        """Hidden states of a text whose first ``shared`` tokens are a declared context, in two passes.
+        """Hidden states of a text whose first ``cuts[-1]`` tokens are a declared shared context, in passes.
 
-        The context is always its own forward pass, whose cache and hidden states are kept, and the rest a
-        second pass over that cache: a later text with the same context (another sampled continuation of one
-        prompt) evaluates only its own tokens, and gets exactly what a fresh evaluation gives.
+        Each declared level (the exemplars, then the whole prompt) is a forward pass of its own over the cache
+        of the level before, and the cache and hidden states at its end are kept; the rest of the text is a last
+        pass. A later text that shares a level (another sampled continuation of one prompt, or another prompt
+        with the same exemplars) starts from a copy of the deepest kept one, and the passes are the same whether
+        or not anything was kept: the states equal a fresh evaluation's exactly. Returns the states of every
+        position and the number of tokens evaluated.
         """
         decoder = self.model.get_decoder()
-        key = (layers, tuple(ids[:shared]))
-        entry = self._analysis_states.get(key) if self.reuse else None
-        evaluated = len(ids) - shared
-        if entry is None:
-            cache = DynamicCache(config=self.model.config)
+
+        def run(start: int, end: int, cache: Any) -> dict[int, torch.Tensor]:
             out = decoder(
-                input_ids=torch.tensor([ids[:shared]], device=self.device),
+                input_ids=torch.tensor([ids[start:end]], device=self.device),
                 use_cache=True,
                 output_hidden_states=True,
                 **{self._cache_kw: cache},
             )
-            entry = (cache, {layer: out.hidden_states[layer][0] for layer in layers})
-            evaluated += shared
-            if self.prefix_states > 0:
-                self._analysis_states[key] = (copy.deepcopy(cache), entry[1])
+            return {layer: out.hidden_states[layer][0] for layer in layers}
+
+        keys = [(layers, tuple(ids[:cut])) for cut in cuts]
+        found = -1
+        if self.reuse:
+            found = max((i for i, key in enumerate(keys) if key in self._analysis_states), default=-1)
+        if found >= 0:
+            self._analysis_states.move_to_end(keys[found])
+            saved, states = self._analysis_states[keys[found]]
+            cache, start = copy.deepcopy(saved), cuts[found]
+        else:
+            cache, states, start = DynamicCache(config=self.model.config), {}, 0
+        evaluated = 0
+        for cut, key in zip(cuts[found + 1 :], keys[found + 1 :], strict=True):
+            part = run(start, cut, cache)
+            states = {k: torch.cat([states[k], v]) if states else v for k, v in part.items()}
+            evaluated += cut - start
+            start = cut
+            if self.prefix_states > 0:  # kept even while reuse is off, as for generation
+                self._analysis_states[key] = (copy.deepcopy(cache), states)
                 while len(self._analysis_states) > self.prefix_states:
                     self._analysis_states.popitem(last=False)
-        else:
-            self._analysis_states.move_to_end(key)
-            entry = (copy.deepcopy(entry[0]), entry[1])
-        out = decoder(
-            input_ids=torch.tensor([ids[shared:]], device=self.device),
-            use_cache=True,
-            output_hidden_states=True,
-            **{self._cache_kw: entry[0]},
-        )
-        hidden = {
-            layer: torch.cat([entry[1][layer], out.hidden_states[layer][0]]).float().cpu().numpy()
-            for layer in layers
-        }
+        part = run(start, len(ids), cache)
+        evaluated += len(ids) - start
+        hidden = {k: torch.cat([states[k], v]).float().cpu().numpy() for k, v in part.items()}
         return hidden, evaluated
 
     @contextlib.contextmanager

@@ -31,7 +31,7 @@ from quco.answer import extract_answer, has_answer
 from quco.engine.context import RunContext
 from quco.engine.method import Check, Choice, Draft, Final, Method, MethodParams, Reading, Shape
 from quco.errors import ConfigError
-from quco.llm.base import Capability, Generation, Prompt
+from quco.llm.base import Capability, Generation, Prompt, shared_levels
 from quco.prompts import build_prompt
 from quco.retrieval.base import Passage
 from quco.signals.eigen import eigen_score
@@ -164,8 +164,10 @@ class SeaKR(Method):
             context = f"Question: {question}\nAnswer:" + (f" {prefix}" if prefix else "")
         states = []
         for s in steps:
-            # every sample continues the same context: a backend may evaluate it once (``Prompt.shared``)
-            analysis = ctx.analyze(Prompt(context + s, shared=len(context)), hidden_layers=[self.layer])
+            # every sample continues the same context, whose exemplars other prompts share: a backend may
+            # evaluate each once (``Prompt.shared`` and ``inner``)
+            text = Prompt(context + s, shared=len(context), inner=shared_levels(context))
+            analysis = ctx.analyze(text, hidden_layers=[self.layer])
             states.append(analysis.hidden[self.layer][-1])
         return eigen_score(np.stack(states), p.alpha), [s.strip() for s in steps]
 
