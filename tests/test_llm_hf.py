@@ -338,7 +338,7 @@ def test_analysis_after_a_shared_context_reuses_it_exactly(
 
     prompts = run_prompts(hotpot_dev)
     contexts = [prompts[1], prompts[3]]  # two questions, the same exemplars
-    steps = [" Scott Derrickson is American.", " Both are American directors.", " Ed Wood was born in 1924."]
+    steps = [" Scott Derrickson is American.", " Ed Wood was born in 1924."]
     layers = (0, 9, -1)
 
     def text(context: Prompt, step: str) -> Prompt:
@@ -353,14 +353,14 @@ def test_analysis_after_a_shared_context_reuses_it_exactly(
     assert all(a.evaluated == len(a.token_ids) for row in fresh for a in row)
     gen.clear_cache()
     for c, context in enumerate(contexts):
-        for i in (2, 0, 1):
+        for i in (1, 0):
             got = gen.analyze(text(context, steps[i]), hidden_layers=layers)
             want = fresh[c][i]
             assert got.token_ids == want.token_ids
             for layer in layers:
                 assert got.hidden[layer].shape == (len(got.token_ids), want.hidden[layer].shape[1])
                 assert np.array_equal(got.hidden[layer], want.hidden[layer]), (c, i, layer)
-            if i != 2:  # the prompt's cache stands in: only the continuation is evaluated
+            if i == 0:  # the prompt's cache stands in: only the continuation is evaluated
                 assert got.evaluated < 20
             elif c == 1:  # a new prompt: its exemplars (about 530 tokens) come from the first one's
                 assert len(got.token_ids) - 450 > got.evaluated > 20
