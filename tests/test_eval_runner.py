@@ -190,6 +190,30 @@ def test_changed_config_refuses_to_resume(tmp_path: Path) -> None:
         )
 
 
+def test_a_setting_added_since_and_left_unset_resumes(tmp_path: Path) -> None:
+    """A run recorded before a setting existed resumes when the setting is unset (None, the old behaviour), and
+    refuses when it is set."""
+    import yaml
+
+    cfg = load_config(CONFIGS / "hotpotqa/sr-rag.yaml")
+    run_eval(cfg, "hotpotqa", limit=0, out_dir=tmp_path, progress=False)
+    path = tmp_path / "config.yaml"
+    stored = yaml.safe_load(path.read_text("utf-8"))
+    assert stored["pipeline"]["generator"]["analysis_backend"] is None
+    del stored["pipeline"]["generator"]["analysis_backend"]  # as written before the setting existed
+    stored["config_hash"] = "0123456789abcdef"
+    path.write_text(yaml.safe_dump(stored, sort_keys=False), "utf-8")
+    run_eval(cfg, "hotpotqa", limit=0, out_dir=tmp_path, progress=False)
+    resumed = yaml.safe_load(path.read_text("utf-8"))
+    assert (
+        resumed["config_hash"] != "0123456789abcdef"
+        and "analysis_backend" in resumed["pipeline"]["generator"]
+    )
+    hybrid = load_config(CONFIGS / "hotpotqa/sr-rag.yaml", overrides={"generator.analysis_backend": "hf"})
+    with pytest.raises(RunError, match=r"generator\.analysis_backend \(None -> 'hf'\)"):
+        run_eval(hybrid, "hotpotqa", limit=0, out_dir=tmp_path, progress=False)
+
+
 def test_changed_prompt_files_and_older_runs_refuse_to_resume(tmp_path: Path) -> None:
     import yaml
 

@@ -233,6 +233,28 @@ def test_decisions_match_between_in_process_and_server(
         print(f"\n{method}: {[s.decision for s in a.steps]} -> {a.prediction!r} (both backends)")
 
 
+def test_dragin_generates_on_llamacpp_and_reads_attention_on_hf(
+    base_config: PipelineConfig, hotpot_dev: list[dict]
+) -> None:
+    """``generator.analysis_backend``: DRAGIN generates through llama.cpp (its token entropies) and re-reads its
+    text for attention through transformers, the same model loaded a second time; without it, llama.cpp alone
+    is refused for lack of attention."""
+    gen_cfg = base_config.generator.model_copy(update={"backend": "llamacpp", "analysis_backend": "hf"})
+    cfg = base_config.model_copy(update={"method": "dragin", "params": {}, "generator": gen_cfg})
+    pipe = Pipeline.from_config(cfg, progress=False)
+    assert pipe.parts.generator.name == "llamacpp" and pipe.parts.analyzer.name == "hf"
+    trace = pipe.answer(hotpot_dev[0]["question"])
+    c = trace.counters
+    assert c.llm_calls["main"] >= 1 and c.llm_calls["probe"] >= 1  # a re-read per checked draft, at least
+    assert c.prompt_tokens_evaluated["main"] < c.prompt_tokens["main"]  # llama.cpp's exemplar state
+    checked = [s for s in trace.steps if s.signals.get("sentences")]
+    assert checked, [s.reason for s in trace.steps]
+    assert all(len(x["attention"]) == len(x["words"]) > 0 for s in checked for x in s.signals["sentences"])
+    alone = cfg.model_copy(update={"generator": gen_cfg.model_copy(update={"analysis_backend": None})})
+    with pytest.raises(CapabilityError, match="attention"):
+        Pipeline.from_config(alone, progress=False)
+
+
 def _assert_close(a: object, b: object, path: str = "steps") -> None:
     """Equal structures, floats within 1e-3 (timings excepted)."""
     if isinstance(a, dict):

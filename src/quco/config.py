@@ -49,6 +49,10 @@ class GeneratorConfig(_Section):
     chat: bool = False  # False: /v1/completions with the raw prompt; True: /v1/chat/completions
     # alternatives per token when logprobs are asked for (entropy is estimated from them)
     top_logprobs: int = Field(5, ge=0)
+    # Backend of the forward passes that read attention or hidden states (DRAGIN's, ETC's and SeaKR's re-reads,
+    # the sampling judge's scores): the same model loaded a second time, e.g. generation on "llamacpp" and
+    # analysis on "hf". None: the generator analyses what it generates.
+    analysis_backend: Literal["hf"] | None = None
 
 
 class RetrieverConfig(_Section):

@@ -18,7 +18,7 @@ from quco.engine.loop import finish, run
 from quco.engine.method import Method
 from quco.errors import InputError
 from quco.inputs import check_text
-from quco.llm.base import require
+from quco.llm.base import ANALYSIS_CAPABILITIES, require
 from quco.methods import method_class
 from quco.prompts import load_exemplars, load_template
 from quco.trace import Trace
@@ -73,7 +73,17 @@ def assemble(
 
     shape = method.shape
     generator = shared_generator(config.generator)
-    require(generator, shape.needs, f"method '{method.name}'")
+    analyzer = None
+    needs = shape.needs
+    if config.generator.analysis_backend is not None:
+        analyzer = shared_generator(
+            config.generator.model_copy(
+                update={"backend": config.generator.analysis_backend, "analysis_backend": None}
+            )
+        )
+        require(analyzer, needs & ANALYSIS_CAPABILITIES, f"method '{method.name}' (analysis backend)")
+        needs = needs - ANALYSIS_CAPABILITIES
+    require(generator, needs, f"method '{method.name}'")
     same = share.config if share is not None else None
     extractor_generator = None
     if config.text.extractor_model:
@@ -132,6 +142,7 @@ def assemble(
         retriever=retriever,
         corpus_stats=corpus_stats,
         extractor_generator=extractor_generator,
+        analyzer=analyzer,
         retrievers=retrievers,
     )
 

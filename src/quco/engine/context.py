@@ -34,6 +34,7 @@ class Parts:
     retriever: Retriever | None = None
     corpus_stats: CorpusStats | None = None
     extractor_generator: Generator | None = None  # separate model for the LLM extractor, if configured
+    analyzer: Generator | None = None  # the model on another backend for analyze(), if configured
     # Retrievers a method searches besides the pipeline's, by name (DTR's dense index); the loop looks them up
     # when a decision names one.
     retrievers: dict[str, Retriever] = field(default_factory=dict)
@@ -108,7 +109,7 @@ class RunContext:
     def analyze(self, text: str, *, role: str = "probe", **options: Any) -> Analysis:
         """A counted forward pass (attention, hidden states, token scores) over ``text``."""
         with self.timed("llm"):
-            result = self.parts.generator.analyze(text, **options)
+            result = (self.parts.analyzer or self.parts.generator).analyze(text, **options)
         self.trace.counters.add_llm(role, len(result.token_ids), 0, evaluated=result.evaluated)
         return result
 

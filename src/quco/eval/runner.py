@@ -313,12 +313,16 @@ def _check_or_write_config(
             raise RunError(f"{out} holds a run {_OLDER_RUN}: use another --out, or delete that directory")
         if stored.get("config_hash") != config_hash:
             old = {k: v for k, v in stored.items() if k not in _SELECTION_KEYS}
-            diffs = _differences(old, identity) or ["(unknown fields)"]
-            shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
-            raise RunError(
-                f"{out} holds a run made with a different configuration ({shown}); "
-                "use another --out, or delete that directory to start over"
-            )
+            # A setting added to quco since the run was made, left unset (None: what the run did), is no change:
+            # the run resumes under the new form of its configuration.
+            diffs = _differences(old, identity)
+            if diffs:
+                shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
+                raise RunError(
+                    f"{out} holds a run made with a different configuration ({shown}); "
+                    "use another --out, or delete that directory to start over"
+                )
+            log.info("%s: its configuration gains settings added since, all unset; resuming", out)
         created = stored.get("created", now)
         label = label if label is not None else stored.get("label")
     doc = {"config_hash": config_hash, "label": label, "created": created, "updated": now}

@@ -26,6 +26,9 @@ class Capability(StrEnum):
     SAMPLING = "sampling"  # n samples at a temperature
 
 
+# What only a forward pass over a text gives (``analyze``): a pipeline may take them from another backend.
+ANALYSIS_CAPABILITIES = frozenset({Capability.ATTENTION, Capability.HIDDEN_STATES})
+
 # Which backend to suggest when a capability is missing.
 CAPABILITY_PROVIDERS: dict[Capability, str] = {
     Capability.TEXT: "any backend",
