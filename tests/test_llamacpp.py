@@ -255,6 +255,24 @@ def test_dragin_generates_on_llamacpp_and_reads_attention_on_hf(
         Pipeline.from_config(alone, progress=False)
 
 
+def test_seakr_samples_on_llamacpp_and_reads_hidden_states_on_hf(
+    base_config: PipelineConfig, hotpot_dev: list[dict]
+) -> None:
+    """SeaKR with ``generator.analysis_backend=hf``: the samples come from llama.cpp, their hidden states (at the
+    middle layer of the transformers model) from a pass per sample over the kept prompt."""
+    gen_cfg = base_config.generator.model_copy(update={"backend": "llamacpp", "analysis_backend": "hf"})
+    params = {"samples": 3, "rerank": False, "final_stage": False}
+    cfg = base_config.model_copy(update={"method": "seakr", "params": params, "generator": gen_cfg})
+    pipe = Pipeline.from_config(cfg, progress=False)
+    assert pipe.method.layer == pipe.parts.analyzer.model.config.get_text_config().num_hidden_layers // 2
+    trace = pipe.answer(hotpot_dev[0]["question"])
+    c = trace.counters
+    assert c.llm_calls["sampler"] >= 3 and c.llm_calls["probe"] >= 3
+    assert c.prompt_tokens_evaluated["probe"] < c.prompt_tokens["probe"] / 2  # the prompt's pass is kept
+    eig = [t for s in trace.steps for t in s.triggers if t.signal == "eigen_score" and t.scores]
+    assert eig and all(math.isfinite(t.scores[0]) for t in eig), [s.triggers for s in trace.steps]
+
+
 def _assert_close(a: object, b: object, path: str = "steps") -> None:
     """Equal structures, floats within 1e-3 (timings excepted)."""
     if isinstance(a, dict):

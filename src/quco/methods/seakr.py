@@ -104,10 +104,11 @@ class SeaKR(Method):
         if self.params.hidden_layer is not None:
             self.layer = self.params.hidden_layer
             return
-        n = _num_layers(parts.generator)
+        reader = getattr(parts, "analyzer", None) or parts.generator  # the model whose states are read
+        n = _num_layers(reader)
         if n is None:
             raise ConfigError(
-                f"seakr: cannot tell how many layers generator '{parts.generator.name}' has; "
+                f"seakr: cannot tell how many layers generator '{reader.name}' has; "
                 "set params.hidden_layer explicitly"
             )
         self.layer = n // 2
