@@ -36,14 +36,15 @@ class RowStatus:
     problem: str = ""
 
     @property
-    def remaining(self) -> int:
-        return self.planned - self.recorded
+    def is_open(self) -> bool:
+        """Questions remain to be answered (the row is neither complete nor without a config)."""
+        return self.state not in ("complete", "no config")
 
     @property
     def hours_left(self) -> float | None:
-        if self.state in ("complete", "no config"):
+        if not self.is_open:
             return 0.0
-        return None if self.pace is None else self.remaining * self.pace / 3600.0
+        return None if self.pace is None else (self.planned - self.recorded) * self.pace / 3600.0
 
 
 def _row_status(plan: Plan, ds: DatasetPlan, row: Row) -> RowStatus:
@@ -82,7 +83,7 @@ def plan_status(plan: Plan, datasets: Sequence[str] = (), rows: Sequence[str] = 
             target = every[(ds.name, row.match)]
             if target.state != "complete":
                 st.waits_for = row.match
-        if st.pace is None and st.state not in ("complete", "no config"):
+        if st.pace is None and st.is_open:
             donors = [
                 other
                 for (name, row_name), other in every.items()
@@ -116,7 +117,7 @@ def render_status(statuses: Sequence[RowStatus]) -> list[str]:
         if st.problem:
             notes.append(st.problem)
         own = "—" if st.seconds_per_question is None else f"{st.seconds_per_question:.1f}"
-        left = "—" if st.state in ("complete", "no config") else _hours(st.hours_left)
+        left = _hours(st.hours_left) if st.is_open else "—"
         table.append(
             [f"{st.dataset}/{st.row}", st.state, f"{st.recorded}/{st.planned}", own, left,
              "; ".join(notes)]
@@ -124,7 +125,7 @@ def render_status(statuses: Sequence[RowStatus]) -> list[str]:
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in table]
     lines = [line.rstrip() for line in lines]
-    open_rows = [st for st in statuses if st.state not in ("complete", "no config")]
+    open_rows = [st for st in statuses if st.is_open]
     known = [h for st in open_rows if (h := st.hours_left) is not None]
     complete = sum(1 for st in statuses if st.state == "complete")
     lines.append("")

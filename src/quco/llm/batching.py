@@ -63,6 +63,14 @@ def reusable(
     return keep
 
 
+def keep_recent(store: OrderedDict, key: object, value: object, limit: int) -> None:
+    """Put ``value`` under ``key`` as the most recently used, dropping the least recently used beyond ``limit``."""
+    store[key] = value
+    store.move_to_end(key)
+    while len(store) > limit:
+        store.popitem(last=False)
+
+
 class SharedPrefixTokens:
     """The tokens of the shared prefixes prompts declare (``quco.llm.base.Prompt``), kept by text for reuse.
 
@@ -82,12 +90,16 @@ class SharedPrefixTokens:
         head = self._ids.get(text)
         if head is None:
             head = self._tokenize(text)
-            self._ids[text] = head
-            while len(self._ids) > self._keep:
-                self._ids.popitem(last=False)
-        self._ids.move_to_end(text)
+        keep_recent(self._ids, text, head, self._keep)
         # the prefix's last tokens may merge with what follows it: only the tokens the prompt has in common
         return common_prefix(head, ids)
 
 
-__all__ = ["MIN_SHARED_TOKENS", "SharedPrefixTokens", "batch_ends", "common_prefix", "reusable"]
+__all__ = [
+    "MIN_SHARED_TOKENS",
+    "SharedPrefixTokens",
+    "batch_ends",
+    "common_prefix",
+    "keep_recent",
+    "reusable",
+]

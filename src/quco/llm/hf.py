@@ -38,7 +38,7 @@ from quco.llm.base import (
     shared_chars,
     shared_levels,
 )
-from quco.llm.batching import MIN_SHARED_TOKENS, SharedPrefixTokens
+from quco.llm.batching import MIN_SHARED_TOKENS, SharedPrefixTokens, keep_recent
 from quco.llm.models import default_gguf_path, named_gguf
 from quco.paths import cache_dir
 from quco.storage import clean_stale_builds, locked, staged, write_json
@@ -374,9 +374,11 @@ class HFGenerator(GeneratorBase):
         self.reuse = True
         self.shared_prefix = True
         self.prefix_states = 4  # shared-prefix caches kept (least recently used dropped first)
-        self._states: OrderedDict[tuple[int, ...], Any] = OrderedDict()
-        # analyze() of texts that declare a shared context (SeaKR's sampled steps after one prompt): the
-        # context's cache and hidden states, per context and layers
+        self._states: OrderedDict[tuple[int, ...], tuple[Any, None]] = (
+            OrderedDict()
+        )  # prefix -> (cache, None)
+        # analyze() of texts that declare shared levels (SeaKR's sampled steps after one prompt): each level's
+        # cache and hidden states, per level and layers
         self._analysis_states: OrderedDict[tuple[Any, ...], tuple[Any, dict[int, torch.Tensor]]] = (
             OrderedDict()
         )
@@ -529,33 +531,47 @@ class HFGenerator(GeneratorBase):
     def _prefill(self, ids: list[int], shared: int) -> tuple[torch.Tensor, Any, int]:
         """The last position's logits, the cache and the number of prompt tokens evaluated.
 
-        A prompt whose first ``shared`` tokens are a declared shared prefix is evaluated in two forward passes,
-        the prefix and then the rest, whether or not the prefix's cache was saved: a saved cache therefore
-        holds exactly what the first pass would compute, and a copy of it stands in for that pass.
+        A declared shared prefix (the exemplars) is a forward pass of its own whether or not its cache was kept
+        (``_through_levels``), so a kept copy stands in for that pass exactly.
         """
-        if not MIN_SHARED_TOKENS <= shared < len(ids):
-            cache = DynamicCache(config=self.model.config)
-            return (
-                self._forward(torch.tensor([ids], device=self.device), cache, last_only=True),
-                cache,
-                len(ids),
-            )
-        key = tuple(ids[:shared])
-        saved = self._states.get(key) if self.reuse else None
-        evaluated = len(ids) - shared
-        if saved is None:
-            cache = DynamicCache(config=self.model.config)
-            self._forward(torch.tensor([ids[:shared]], device=self.device), cache, last_only=True)
-            evaluated += shared
-            if self.prefix_states > 0:  # kept even while reuse is off, as the llama.cpp backend does
-                self._states[key] = copy.deepcopy(cache)
-                while len(self._states) > self.prefix_states:
-                    self._states.popitem(last=False)
+        cuts = [shared] if MIN_SHARED_TOKENS <= shared < len(ids) else []
+
+        def run(start: int, end: int, cache: Any) -> None:
+            self._forward(torch.tensor([ids[start:end]], device=self.device), cache, last_only=True)
+
+        cache, _, start, evaluated = self._through_levels(
+            self._states, [tuple(ids[:cut]) for cut in cuts], cuts, run
+        )
+        logits = self._forward(torch.tensor([ids[start:]], device=self.device), cache, last_only=True)
+        return logits, cache, evaluated + len(ids) - start
+
+    def _through_levels(
+        self, store: OrderedDict, keys: list[Any], cuts: list[int], run: Any
+    ) -> tuple[Any, Any, int, int]:
+        """Evaluate a text's declared shared levels (token ends ``cuts``), each in a forward pass of its own.
+
+        ``run(start, end, cache)`` evaluates tokens ``start:end`` over ``cache`` and returns what the caller
+        keeps of them (None, or hidden states per layer, joined along positions). Each level's cache and what
+        was kept up to it are stored in ``store`` under its key (least recently used dropped first), even while
+        ``reuse`` is off; with ``reuse``, the deepest stored level stands in for the passes up to it. The passes
+        are the same either way, so the result equals a fresh evaluation's exactly. Returns the cache, what was
+        kept, the position the rest starts at and the number of tokens evaluated.
+        """
+        found = max((i for i, key in enumerate(keys) if key in store), default=-1) if self.reuse else -1
+        if found >= 0:
+            store.move_to_end(keys[found])
+            saved, kept = store[keys[found]]
+            cache, start = copy.deepcopy(saved), cuts[found]
         else:
-            self._states.move_to_end(key)
-            cache = copy.deepcopy(saved)
-        logits = self._forward(torch.tensor([ids[shared:]], device=self.device), cache, last_only=True)
-        return logits, cache, evaluated
+            cache, kept, start = DynamicCache(config=self.model.config), None, 0
+        evaluated = 0
+        for cut, key in zip(cuts[found + 1 :], keys[found + 1 :], strict=True):
+            part = run(start, cut, cache)
+            kept = part if kept is None else {k: torch.cat([kept[k], v]) for k, v in part.items()}
+            evaluated, start = evaluated + cut - start, cut
+            if self.prefix_states > 0:
+                keep_recent(store, key, (copy.deepcopy(cache), kept), self.prefix_states)
+        return cache, kept, start, evaluated
 
     # ----------------------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -586,16 +602,14 @@ class HFGenerator(GeneratorBase):
                     f"use -{n_layers + 1}..{n_layers}"
                 )
 
-        cuts: list[int] = []
         if self.shared_prefix and hidden_layers and att_idx is None and not scores and not truncated:
             with self._lock:
                 counted = {self._prefix_ids.count(text, chars, ids) for chars in shared_levels(text)}
-            cuts = sorted(c for c in counted if MIN_SHARED_TOKENS <= c < len(ids))
-        if cuts:
-            with self._lock:
-                hidden, evaluated = self._hidden_after_context(ids, cuts, tuple(hidden_layers))
-            pieces, _ = _pieces(self.tokenizer, ids)
-            return Analysis(token_ids=ids, tokens=pieces, hidden=hidden, evaluated=evaluated)
+                cuts = sorted(c for c in counted if MIN_SHARED_TOKENS <= c < len(ids))
+                found = self._hidden_after_context(ids, cuts, tuple(hidden_layers)) if cuts else None
+            if found is not None:
+                pieces, _ = _pieces(self.tokenizer, ids)
+                return Analysis(token_ids=ids, tokens=pieces, hidden=found[0], evaluated=found[1])
 
         captured: dict[str, torch.Tensor] = {}
         handle = None
@@ -643,15 +657,9 @@ class HFGenerator(GeneratorBase):
     def _hidden_after_context(
         self, ids: list[int], cuts: list[int], layers: tuple[int, ...]
     ) -> tuple[dict[int, np.ndarray], int]:
-        """Hidden states of a text whose first ``cuts[-1]`` tokens are a declared shared context, in passes.
-
-        Each declared level (the exemplars, then the whole prompt) is a forward pass of its own over the cache
-        of the level before, and the cache and hidden states at its end are kept; the rest of the text is a last
-        pass. A later text that shares a level (another sampled continuation of one prompt, or another prompt
-        with the same exemplars) starts from a copy of the deepest kept one, and the passes are the same whether
-        or not anything was kept: the states equal a fresh evaluation's exactly. Returns the states of every
-        position and the number of tokens evaluated.
-        """
+        """Hidden states of every position of a text whose leading tokens are declared shared levels (the
+        exemplars, then the whole prompt that sampled continuations share), and the tokens evaluated: each level
+        is a pass of its own whose cache and states are kept (``_through_levels``), the rest a last pass."""
         decoder = self.model.get_decoder()
 
         def run(start: int, end: int, cache: Any) -> dict[int, torch.Tensor]:
@@ -664,29 +672,12 @@ class HFGenerator(GeneratorBase):
             return {layer: out.hidden_states[layer][0] for layer in layers}
 
         keys = [(layers, tuple(ids[:cut])) for cut in cuts]
-        found = -1
-        if self.reuse:
-            found = max((i for i, key in enumerate(keys) if key in self._analysis_states), default=-1)
-        if found >= 0:
-            self._analysis_states.move_to_end(keys[found])
-            saved, states = self._analysis_states[keys[found]]
-            cache, start = copy.deepcopy(saved), cuts[found]
-        else:
-            cache, states, start = DynamicCache(config=self.model.config), {}, 0
-        evaluated = 0
-        for cut, key in zip(cuts[found + 1 :], keys[found + 1 :], strict=True):
-            part = run(start, cut, cache)
-            states = {k: torch.cat([states[k], v]) if states else v for k, v in part.items()}
-            evaluated += cut - start
-            start = cut
-            if self.prefix_states > 0:  # kept even while reuse is off, as for generation
-                self._analysis_states[key] = (copy.deepcopy(cache), states)
-                while len(self._analysis_states) > self.prefix_states:
-                    self._analysis_states.popitem(last=False)
+        cache, kept, start, evaluated = self._through_levels(self._analysis_states, keys, cuts, run)
         part = run(start, len(ids), cache)
-        evaluated += len(ids) - start
-        hidden = {k: torch.cat([states[k], v]).float().cpu().numpy() for k, v in part.items()}
-        return hidden, evaluated
+        hidden = {
+            k: (v if kept is None else torch.cat([kept[k], v])).float().cpu().numpy() for k, v in part.items()
+        }
+        return hidden, evaluated + len(ids) - start
 
     @contextlib.contextmanager
     def _attention_weights(self, needed: bool) -> Iterator[None]:

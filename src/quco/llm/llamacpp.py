@@ -36,7 +36,7 @@ from quco.llm.base import (
     prompt_budget,
     shared_chars,
 )
-from quco.llm.batching import SharedPrefixTokens, batch_ends, common_prefix, reusable
+from quco.llm.batching import SharedPrefixTokens, batch_ends, common_prefix, keep_recent, reusable
 from quco.llm.models import default_gguf_path, named_gguf
 from quco.machine import usable_cores
 
@@ -359,7 +359,7 @@ class LlamaCppGenerator(GeneratorBase):
                     start = end
                 state, evaluated = self._save(), shared
                 if self.prefix_states > 0:
-                    self._keep_state(key, state)
+                    keep_recent(self._states, key, state, self.prefix_states)
             else:
                 self._states.move_to_end(key)
             self._restore(state, key)
@@ -386,12 +386,6 @@ class LlamaCppGenerator(GeneratorBase):
         if n <= 0:
             raise LlamaCppError("llama.cpp could not save a prompt state")
         return bytes(buf)[:n]
-
-    def _keep_state(self, key: tuple[int, ...], state: bytes) -> None:
-        self._states[key] = state
-        self._states.move_to_end(key)
-        while len(self._states) > self.prefix_states:
-            self._states.popitem(last=False)
 
     def _restore(self, state: bytes, key: tuple[int, ...]) -> None:
         llama, llama_cpp = self.llama, self._llama_cpp

@@ -104,7 +104,7 @@ class SeaKR(Method):
         if self.params.hidden_layer is not None:
             self.layer = self.params.hidden_layer
             return
-        reader = getattr(parts, "analyzer", None) or parts.generator  # the model whose states are read
+        reader = parts.analyzer or parts.generator  # the model whose states are read
         n = _num_layers(reader)
         if n is None:
             raise ConfigError(
