@@ -1,8 +1,9 @@
 """How far a results plan has come, and how long its remaining questions will take (``quco results status``).
 
 A table that grows over several working days needs a plan of its own: which rows are complete, which are
-partial, which wait for another row, and how many hours of compute are left. The estimate uses each row's own
-recorded seconds per question; a row with nothing recorded borrows the pace of the row of the same name on
+partial, which wait for another row, and how many hours of compute are left. The estimate uses the median of
+each row's own recorded seconds per question (a question that ran while the run was paused, or beside other
+work, moves the mean but hardly the median); a row with nothing recorded borrows the pace of the row of the same name on
 another dataset of the plan (the same method and settings), and has no estimate if there is none. Seconds
 depend on the machine that recorded them, so the figures are for planning, not for comparing methods.
 """
@@ -30,7 +31,7 @@ class RowStatus:
     planned: int
     state: str  # "complete", "partial", "not started", "no config", "unreadable"
     seconds_per_question: float | None = None  # the row's own recorded mean
-    pace: float | None = None  # seconds per question the estimate uses
+    pace: float | None = None  # seconds per question the estimate uses (the recorded median)
     pace_from: str = ""  # where ``pace`` comes from when it is not the row's own
     waits_for: str = ""  # a matched control's row, while that row is incomplete
     problem: str = ""
@@ -67,7 +68,7 @@ def _row_status(plan: Plan, ds: DatasetPlan, row: Row) -> RowStatus:
     seconds = [float(r["seconds"]) for r in records if isinstance(r.get("seconds"), (int, float))]
     if seconds:
         st.seconds_per_question = statistics.fmean(seconds)
-        st.pace = st.seconds_per_question
+        st.pace = statistics.median(seconds)
     if st.recorded:
         st.state = "complete" if st.recorded == st.planned else "partial"
     return st
@@ -87,11 +88,11 @@ def plan_status(plan: Plan, datasets: Sequence[str] = (), rows: Sequence[str] = 
             donors = [
                 other
                 for (name, row_name), other in every.items()
-                if row_name == row.name and name != ds.name and other.seconds_per_question is not None
+                if row_name == row.name and name != ds.name and other.pace is not None
             ]
             if donors:
                 best = max(donors, key=lambda d: d.recorded)
-                st.pace, st.pace_from = best.seconds_per_question, f"{best.dataset}/{best.row}"
+                st.pace, st.pace_from = best.pace, f"{best.dataset}/{best.row}"
     return [every[(ds.name, row.name)] for ds, row in selected]
 
 
