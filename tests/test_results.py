@@ -215,6 +215,10 @@ def test_table_from_recorded_runs(tmp_path: Path) -> None:
     assert (done.action, done.detail) == ("skipped", f"waits for 'quco' to complete (0/{N} questions)")
     for name, p, limit in (("sr-rag", 0.4, N + 2), ("quco", 0.6, N), ("random", 0.5, 4), ("dragin", 0.5, 3)):
         run_eval(_answerer(name, p), "hotpotqa", limit=limit, out_dir=runs / name, progress=False)
+    # A row just started (its config written, nothing recorded yet) reads as not run, without "n/a" cells.
+    (runs / "wo-rag").mkdir()
+    (runs / "wo-rag" / "config.yaml").write_bytes((runs / "quco" / "config.yaml").read_bytes())
+    (runs / "wo-rag" / "results.jsonl").write_text("", "utf-8")
     md = tmp_path / "results.md"
     md.write_text(
         f"# Results\n\nIntro kept.\n\n{BEGIN}\nold table\n{END}\n\n## Reading\n\nKept too.\n", "utf-8"
@@ -241,7 +245,7 @@ def test_table_from_recorded_runs(tmp_path: Path) -> None:
     assert by["quco"].vs_control is not None and by["quco"].vs_control.n_common == 4
     assert by["dragin"].vs_baseline is not None and by["dragin"].vs_baseline.n_common == 3
     assert "| Unconfigured | no config 0/6 |" in text and "Unconfigured: no config exists yet" in text
-    assert "| Wo-RAG | not run 0/6 |" in text
+    assert "| Wo-RAG | not run 0/6 |" in text and "| Wo-RAG | 0/6 | — | — |" in text and "n/a" not in text
     # costs: main-only beside all roles (the extractor's calls count in the latter only)
     calls = summarize(quco, ["main_llm_calls", "llm_calls"], n_boot=500)
     assert calls["main_llm_calls"].mean == 1.0 and calls["llm_calls"].mean == 2.0

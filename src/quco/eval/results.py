@@ -347,14 +347,16 @@ def collect(plan: Plan, n_boot: int = 10_000) -> list[RowResult]:
                     res.status, res.problem = "unreadable", str(exc)
                 else:
                     run.config = {**run.config, "label": row.title}
-                    res.run = _restricted(run, ids)
-                    res.status = "complete" if res.answered == res.planned else "partial"
-                    if not res.run.records:
-                        res.status = "not run"
-                    res.stats = summarize(res.run, [f for f, *_ in SCORE_COLUMNS + COST_COLUMNS], n_boot)
-                    res.world = read_world(res.run_dir, run.config)
-                    res.firing = firing_rates(res.run)
-                    _check_config(plan, ds, row, run, res)
+                    restricted = _restricted(run, ids)
+                    if restricted.records:  # a run started with nothing recorded yet stays "not run"
+                        res.run = restricted
+                        res.status = "complete" if res.answered == res.planned else "partial"
+                        res.stats = summarize(
+                            restricted, [f for f, *_ in SCORE_COLUMNS + COST_COLUMNS], n_boot
+                        )
+                        res.world = read_world(res.run_dir, run.config)
+                        res.firing = firing_rates(restricted)
+                        _check_config(plan, ds, row, run, res)
             by_name[row.name] = res
             results.append(res)
         base = by_name.get(ds.baseline) if ds.baseline else None
