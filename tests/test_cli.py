@@ -109,3 +109,19 @@ def test_methods_lists_the_reference_methods() -> None:
     assert proc.returncode == 0
     for name in ("quco", "sr-rag", "wo-rag"):
         assert name in proc.stdout
+
+
+def test_index_progress_bars_can_be_switched_off(tmp_path: Path) -> None:
+    corpus = tmp_path / "c.jsonl"
+    lines = [
+        json.dumps({"id": str(i), "title": f"T{i}", "text": f"Passage {i} about rivers."}) for i in range(5)
+    ]
+    corpus.write_text("\n".join(lines) + "\n", "utf-8")
+    for flag, bars in (("--progress", True), ("--no-progress", False)):
+        proc = run("index", "--corpus", str(corpus), flag, env_cache=tmp_path / flag.strip("-"))
+        assert proc.returncode == 0, proc.stderr
+        assert (
+            "5 passages indexed from 5 lines" in proc.stdout
+            and "corpus statistics: 5 documents" in proc.stdout
+        )
+        assert ("%|" in proc.stderr) is bars, proc.stderr

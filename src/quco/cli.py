@@ -72,6 +72,7 @@ SetOpt = Annotated[
 ]
 MethodOpt = Annotated[str | None, typer.Option("--method", "-m", help="Method name (see `quco methods`).")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")]
+ProgressOpt = Annotated[bool, typer.Option(help="Show progress bars (off for logs of unattended runs).")]
 # Options shared by the `quco index` subcommands.
 CorpusOpt = Annotated[str, typer.Option("--corpus", help="JSONL/TSV corpus, or 'wiki-summaries'.")]
 IndexOutOpt = Annotated[Path | None, typer.Option("--out", help="Index directory (default: the cache).")]
@@ -199,6 +200,7 @@ def index_all(
     tokenizer: Annotated[
         str, typer.Option(help="Corpus-statistics tokenizer: wordpiece, bytes, or a file.")
     ] = "wordpiece",
+    progress: ProgressOpt = True,
     verbose: VerboseOpt = False,
 ) -> None:
     """Build the BM25 index and the corpus-statistics index of a corpus (both checked for completeness)."""
@@ -208,14 +210,14 @@ def index_all(
     if corpus is None:
         err.print(ctx.get_help())
         raise typer.Exit(2)
-    _index_bm25(corpus, None, on_error)
-    _index_stats(corpus, None, tokenizer, on_error)
+    _index_bm25(corpus, None, on_error, progress)
+    _index_stats(corpus, None, tokenizer, on_error, progress)
 
 
-def _index_bm25(corpus: str | list[str], out_dir: Path | None, on_error: str) -> None:
+def _index_bm25(corpus: str | list[str], out_dir: Path | None, on_error: str, progress: bool) -> None:
     from quco.retrieval import index_corpus
 
-    report = index_corpus(corpus, out_dir=out_dir, on_error=on_error, progress=True)
+    report = index_corpus(corpus, out_dir=out_dir, on_error=on_error, progress=progress)
     out.print(
         f"BM25: {report.passages_indexed} passages indexed from {report.lines_read} lines "
         f"({report.skipped} skipped) {'reused, checked' if report.reused else 'built'} in {report.seconds:.1f}s "
@@ -223,7 +225,9 @@ def _index_bm25(corpus: str | list[str], out_dir: Path | None, on_error: str) ->
     )
 
 
-def _index_stats(corpus: str | list[str], out_dir: Path | None, tokenizer: str, on_error: str) -> None:
+def _index_stats(
+    corpus: str | list[str], out_dir: Path | None, tokenizer: str, on_error: str, progress: bool
+) -> None:
     from quco.corpus_stats import Manifest, build_local_index, default_index_dir
     from quco.retrieval import CorpusReport, corpus_docs
     from quco.storage import clean_stale_builds, locked
@@ -250,7 +254,7 @@ def _index_stats(corpus: str | list[str], out_dir: Path | None, tokenizer: str, 
             docs(report),
             target,
             tokenizer=tokenizer,
-            progress=True,
+            progress=progress,
             corpus_fingerprint=docs.fingerprint,
             total_docs=docs.expected_docs,
         )
@@ -273,11 +277,12 @@ def index_bm25(
     corpus: CorporaOpt,
     out_dir: IndexOutOpt = None,
     on_error: OnErrorOpt = "stop",
+    progress: ProgressOpt = True,
     verbose: VerboseOpt = False,
 ) -> None:
     """Build the BM25 retrieval index of a corpus."""
     _setup_logging(verbose)
-    _index_bm25(corpus, out_dir, on_error)
+    _index_bm25(corpus, out_dir, on_error, progress)
 
 
 @index_app.command("stats")
@@ -289,11 +294,12 @@ def index_stats_cmd(
         str, typer.Option(help="wordpiece (default), bytes, or a tokenizers JSON file.")
     ] = "wordpiece",
     on_error: OnErrorOpt = "stop",
+    progress: ProgressOpt = True,
     verbose: VerboseOpt = False,
 ) -> None:
     """Build a local Infini-gram index (corpus statistics) of a corpus."""
     _setup_logging(verbose)
-    _index_stats(corpus, out_dir, tokenizer, on_error)
+    _index_stats(corpus, out_dir, tokenizer, on_error, progress)
 
 
 @index_app.command("haystack")
@@ -313,6 +319,7 @@ def index_haystack_cmd(
     words: Annotated[int, typer.Option(help="Words per article passage (DPR: 100).")] = 100,
     out_dir: IndexOutOpt = None,
     force: Annotated[bool, typer.Option(help="Rebuild even if a matching haystack exists.")] = False,
+    progress: ProgressOpt = True,
     verbose: VerboseOpt = False,
 ) -> None:
     """Build the retrieval haystack: Wikipedia articles in 100-word passages plus a dataset's paragraph pool."""
@@ -321,7 +328,7 @@ def index_haystack_cmd(
     _setup_logging(verbose)
     t0 = time.perf_counter()
     target, manifest, reused = ensure_haystack(
-        plan(dataset, articles=articles, pool=pool, words=words), out_dir, progress=True, force=force
+        plan(dataset, articles=articles, pool=pool, words=words), out_dir, progress=progress, force=force
     )
     what = "reused" if reused else f"built in {time.perf_counter() - t0:.1f}s"
     out.print(
@@ -337,16 +344,19 @@ def index_world_cmd(
     tokenizer: Annotated[
         str, typer.Option(help="Corpus-statistics tokenizer: wordpiece, bytes, or a file.")
     ] = "wordpiece",
+    progress: ProgressOpt = True,
     verbose: VerboseOpt = False,
 ) -> None:
     """Build everything the realistic world's configs use: the haystack, its BM25 index, and the statistics
     index of the articles plus the pool (in QUCO_WORLD_DIR, default <cache>/world)."""
+    from quco.world.haystack import ensure_haystack, plan
     from quco.world.sources import pool_for
 
     _setup_logging(verbose)
     name = pool_for(dataset).dataset
-    _index_bm25(f"haystack:{name}", None, "stop")
-    _index_stats(f"wiki-articles+pool:{name}", None, tokenizer, "stop")
+    ensure_haystack(plan(name), progress=progress)  # built here, so that --no-progress covers it too
+    _index_bm25(f"haystack:{name}", None, "stop", progress)
+    _index_stats(f"wiki-articles+pool:{name}", None, tokenizer, "stop", progress)
 
 
 @index_app.command("dense")
@@ -358,13 +368,14 @@ def index_dense_cmd(
         str, typer.Option(help="sentence-transformers model (default: the bundled MiniLM).")
     ] = "all-MiniLM-L6-v2",
     on_error: OnErrorOpt = "stop",
+    progress: ProgressOpt = True,
     verbose: VerboseOpt = False,
 ) -> None:
     """Build a dense (sentence-transformers + FAISS) index of a corpus, embeddings stored once and memory-mapped."""
     from quco.retrieval.dense import index_dense
 
     _setup_logging(verbose)
-    report = index_dense(corpus, out_dir=out_dir, model=model, progress=True, on_error=on_error)
+    report = index_dense(corpus, out_dir=out_dir, model=model, progress=progress, on_error=on_error)
     out.print(
         f"dense: {report.passages_indexed} passages ({report.dim}-dim, {report.model}) from {report.lines_read} lines "
         f"({report.skipped} skipped) in {report.seconds:.1f}s -> {report.index_dir}"
