@@ -12,8 +12,10 @@ through ``quco eval``'s own code path, once per mode, in one run:
     procs2    2 worker processes with 1 thread each (`quco eval --workers 2`); reuse
     seq2      2 sequences decoded in parallel in one llama.cpp context: llama.cpp's llama-server with
               --parallel 2 and 2 threads, reached through the openai backend by 2 worker threads
+    answerstop  as threads2, with QuCo-RAG's ``stop_after_answer``: drafts end once the answer sentence is
+              whole (QuCo-RAG only; its answers, decisions and kept text must equal those of threads2)
 
-    python bench/bench_eval_speed.py [--questions 20] [--modes off,reuse,procs2,threads2,seq2,legacy]
+    python bench/bench_eval_speed.py [--questions 20] [--modes off,reuse,procs2,threads2,seq2,legacy,answerstop]
                                      [--methods sr-rag,flare,quco] [--out DIR] [--llama-server PATH]
 
 Each (mode, method) cell is a resumable ``quco eval`` run directory under ``--out``; running the bench again
@@ -64,6 +66,7 @@ class Mode:
     chunk: int = 1024
     server: bool = False
     batch_threads: int | None = None  # threads evaluating prompts when not `threads` (in-process modes only)
+    stop_after_answer: bool = False  # QuCo-RAG's option; the mode runs QuCo-RAG only
 
 
 MODES = {
@@ -75,6 +78,7 @@ MODES = {
         Mode("threads2", 2, 1),
         Mode("procs2", 1, 2),
         Mode("seq2", 2, 2, server=True),
+        Mode("answerstop", 2, 1, stop_after_answer=True),
     )
 }
 
@@ -146,6 +150,8 @@ class CppServer:
 
 def config_for(method: str, mode: Mode, base_url: str | None = None) -> PipelineConfig:
     overrides: dict[str, Any] = {"generator.model": MODEL, "generator.threads": mode.threads}
+    if mode.stop_after_answer:
+        overrides["params.stop_after_answer"] = True
     if base_url is None:
         overrides["generator.backend"] = "llamacpp"
     else:
@@ -200,6 +206,13 @@ def _steps(rec: dict[str, Any]) -> list[tuple]:
     ]
 
 
+def _kept_steps(rec: dict[str, Any]) -> list[tuple]:
+    """Decisions, kept text and queries: what ``stop_after_answer`` must not change (drafts get shorter)."""
+    return [
+        (s["decision"], s["kept"], tuple(s["queries"])) for s in (rec.get("trace") or {}).get("steps", [])
+    ]
+
+
 def cell_row(mode: str, method: str, cell: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     recs = records(args.out / mode / method)
     n = len(recs)
@@ -211,15 +224,15 @@ def cell_row(mode: str, method: str, cell: dict[str, Any], args: argparse.Namesp
         ]
         return sum(vals) / n if n else 0.0
 
-    off = records(args.out / "off" / method)
+    base, steps = ("off", _steps) if mode != "answerstop" else ("threads2", _kept_steps)
+    off = records(args.out / base / method)
     same = None
-    if mode in SAME_AS_OFF and off:
+    if (mode in SAME_AS_OFF or mode == "answerstop") and off:
         common = [i for i in recs if i in off]
         same = sum(
-            recs[i]["prediction"] == off[i]["prediction"] and _steps(recs[i]) == _steps(off[i])
-            for i in common
+            recs[i]["prediction"] == off[i]["prediction"] and steps(recs[i]) == steps(off[i]) for i in common
         )
-        same = f"{same}/{len(common)}"
+        same = f"{same}/{len(common)}" + ("" if base == "off" else " (vs threads2)")
     answered = cell.get("new", 0)
     wall = cell.get("wall", 0.0)
     loads = cell.get("load", [])
@@ -297,6 +310,7 @@ def main() -> None:
     first = [m for m in modes if m.name in ("off", "reuse", "procs2")]
     order = [(mode, method) for method in methods for mode in first]
     order += [(mode, method) for method in methods for mode in modes if mode not in first]
+    order = [(mode, method) for mode, method in order if method == "quco" or not mode.stop_after_answer]
     for mode, method in order:
         key = f"{mode.name}/{method}"
         if len(records(args.out / mode.name / method)) >= args.questions:
@@ -320,6 +334,7 @@ def main() -> None:
         cell_row(mode.name, method, state.get(f"{mode.name}/{method}", {}), args)
         for method in methods
         for mode in modes
+        if method == "quco" or not mode.stop_after_answer
     ]
     totals: dict[str, dict[str, float]] = {}
     for mode in modes:

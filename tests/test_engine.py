@@ -41,12 +41,18 @@ class ScriptedGenerator:
         return len(text.split())
 
     def generate(
-        self, prompt: str, *, max_new_tokens: int, stop=(), n: int = 1, **_: object
+        self, prompt: str, *, max_new_tokens: int, stop=(), n: int = 1, stop_when=None, **_: object
     ) -> list[Generation]:
         self.prompts.append(prompt)
         text = self.responses.pop(0)
         words = text.split(" ")
         tokens = [w if i == 0 else " " + w for i, w in enumerate(words)]
+        if stop_when is not None:  # as the token-by-token backends: checked after each token
+            for i in range(len(tokens)):
+                if stop_when("".join(tokens[: i + 1])):
+                    tokens = tokens[: i + 1]
+                    text = "".join(tokens)
+                    break
         return [
             Generation(
                 text=text,
@@ -257,3 +263,48 @@ def test_render_shows_each_decision_from_its_trigger_records(real_parts) -> None
     assert f"mean_entity_count per question: [{stage1.scores[0]:g}] < entity_threshold 100000" in out
     assert "min_cooccurrence per sentence: [0] < cooccurrence_threshold 1 → fires at sentence 0" in out
     assert "✗ ['Scott Derrickson'" in out  # the flagged claim
+
+
+@pytest.mark.parametrize(
+    "responses",
+    [
+        [  # a flagged claim, then a regeneration: both go on past the answer
+            "Scott Derrickson was born in Stockholm. Ed Wood was born in Poughkeepsie. So the answer is no. "
+            "So the answer is no. Question: Who was born first?",
+            "Scott Derrickson was born in Denver. Ed Wood was an American filmmaker. So the answer is yes. "
+            "Ed Wood was born in 1924. So the answer is yes.",
+        ],
+        # a chatty answer sentence is dropped and does not end the scan; the next one does
+        [
+            "Sure, the answer is yes. Ed Wood was an American filmmaker. So the answer is yes. So the answer is"
+        ],
+        # a disclaimer before the answer: the scan ends there, so the draft is never cut
+        [
+            "The context does not mention Ed Wood. So the answer is no. So the answer is no.",
+            "So the answer is no.",
+        ],
+    ],
+)
+def test_stop_after_answer_saves_unread_tokens_and_changes_nothing_else(real_parts, responses) -> None:
+    traces = []
+    for stop_after_answer in (False, True):
+        pipe, gen = make_pipeline(
+            real_parts, "quco", list(responses), stage1=False, stop_after_answer=stop_after_answer
+        )
+        traces.append(pipe.answer(QUESTION))
+    full, short = traces
+
+    def outcome(t: Trace) -> tuple:
+        steps = [(s.decision, s.kept, tuple(s.queries), s.reason) for s in t.steps]
+        return t.prediction, t.answer, t.stop_reason, steps, t.counters.llm_calls
+
+    assert outcome(short) == outcome(full)
+    saved = sum(full.counters.generated_tokens.values()) - sum(short.counters.generated_tokens.values())
+    cut = not responses[0].startswith("The context does not")
+    assert (saved > 0) is cut
+    if cut:  # the first draft ends one whole word into the sentence after its answer
+        assert short.steps[0].draft.endswith("So the answer is no. So the") or short.steps[0].draft.endswith(
+            "So the answer is yes. So the"
+        )
+    else:
+        assert [s.draft for s in short.steps] == [s.draft for s in full.steps]

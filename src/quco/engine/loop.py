@@ -179,7 +179,10 @@ class _Loop:
         draft_docs = self.docs if use_docs else []
         prompt = self.prompt(draft_docs, self.text)
         want = shape.draft_logprobs
-        gen = self.ctx.generate(prompt, max_new_tokens=n_tokens, logprobs=want, entropy=want)[0]
+        stop_when = self.method.draft_stop(self.ctx)
+        gen = self.ctx.generate(
+            prompt, max_new_tokens=n_tokens, logprobs=want, entropy=want, stop_when=stop_when
+        )[0]
         self.drafted = True
         raw = gen.text
         sentences = self.split(raw)
@@ -202,7 +205,8 @@ class _Loop:
     def regenerate(self, step: Step) -> bool:
         """Write the unit again with the current passages and keep by the keep rule; True if that ended it."""
         prompt = self.prompt(self.docs, self.text, regenerate=True)
-        regen = self.ctx.generate(prompt, max_new_tokens=self.call_tokens())[0]
+        stop_when = self.method.draft_stop(self.ctx)
+        regen = self.ctx.generate(prompt, max_new_tokens=self.call_tokens(), stop_when=stop_when)[0]
         step.regenerated = regen.text.strip()
         if self.shape.keep_rule == "first_sentence":
             kept, rest = _split_regeneration(self.method.clean(self.split(regen.text)))

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from quco.engine.context import RunContext
 from quco.errors import ConfigError
-from quco.llm.base import Capability, Generation
+from quco.llm.base import Capability, Generation, StopWhen
 from quco.retrieval.base import Passage
 from quco.signals.record import TriggerRecord
 from quco.trace import RetrievedRef
@@ -221,6 +221,10 @@ class Method:
     def select(self, question: str, decision: Decision, found: Selection, ctx: RunContext) -> Selection:
         """Multi-path retrieval: keep some of the passages every query found (default: all of them)."""
         return found
+
+    def draft_stop(self, ctx: RunContext) -> StopWhen | None:
+        """A predicate that ends a draft or regeneration once the rest could not be read (None: never)."""
+        return None
 
     def regeneration_stop(self, ctx: RunContext) -> list[str] | None:
         """Stop strings of per-passage regenerations (None: the configured ones)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field
@@ -36,6 +35,7 @@ from quco.signals.sampled.similarity import (
     yes_no_from_logprobs,
     yes_no_probability,
 )
+from quco.text.stopping import first_sentence_done
 
 SAMPLER_ROLE = "sampler"
 JUDGE_ROLE = "judge"
@@ -90,32 +90,6 @@ class BlackBoxParams(MethodParams):
 
 
 _WORD = re.compile(r"\w")
-# A sentence-final mark, then one whole word of what follows: only then can the first sentence be complete.
-_BOUNDARY = re.compile(r"[.!?][\"')\]]*\s+\S+\s")
-
-
-def first_sentence_done(split: Callable[[str], list[str]]) -> Callable[[str], bool]:
-    """A ``stop_when`` predicate: True once ``split`` finds a second sentence (or a new line follows text).
-
-    The splitter only runs after a boundary followed by a whole word, once per distinct text, so a sample
-    costs a few splitter calls. The first sentence it stops on is the one the full sample would give,
-    up to the splitter seeing one word of the next sentence instead of all of it.
-    """
-    checked: dict[str, bool] = {}  # by text: one predicate serves all samples of a call, interleaved or not
-
-    def done(text: str) -> bool:
-        head = text.lstrip()
-        if "\n" in head:  # the first line, and so its first sentence, is complete
-            return True
-        cut = max(head.rfind(" "), head.rfind("\t")) + 1  # whole words only: the last one may still grow
-        if cut <= 1 or not _BOUNDARY.search(head[:cut]):
-            return False
-        words = head[:cut].rstrip()
-        if words not in checked:
-            checked[words] = len(split(words)) >= 2
-        return checked[words]
-
-    return done
 
 
 def _seed(base: int, question: str, prefix: str) -> int:

@@ -18,6 +18,7 @@ from pydantic import Field
 
 from quco.engine.context import RunContext
 from quco.engine.method import Check, Decision, Draft, Method, MethodParams, Shape
+from quco.llm.base import StopWhen
 from quco.signals.corpus import (
     COOCCURRENCE,
     HEAD_COUNT,
@@ -30,6 +31,7 @@ from quco.signals.corpus import (
 )
 from quco.signals.record import TriggerRecord
 from quco.text.base import Triplet
+from quco.text.stopping import read_through_done
 
 # Sentences a chat model adds around an answer carry no claim: the published ``filter_invalid_sentences`` list,
 # matched in the lower-cased sentence, on every generation (drafts and regenerations).
@@ -113,6 +115,10 @@ class QuCoParams(MethodParams):
     # The published loop puts the stage-1 passages into the first draft only and later drafts carry none (the
     # stage-2 passages inform their regeneration); True puts the latest passages into every draft.
     carry_passages: bool = False
+    # Ours: end each draft and regeneration once the sentence stating the answer is complete. The published loop
+    # generates the whole budget and reads nothing after that sentence, so answers, decisions and kept text are
+    # the same; only the unread tokens are saved (docs/methods.md). Off: the published token counts.
+    stop_after_answer: bool = False
 
 
 class QuCoRAG(Method):
@@ -139,6 +145,23 @@ class QuCoRAG(Method):
             return any(ph in sentence for ph in phrases)
         low = sentence.lower()
         return any(ph.lower() in low for ph in phrases)
+
+    def draft_stop(self, ctx: RunContext) -> StopWhen | None:
+        """With ``stop_after_answer``: stop once the first answer sentence ``check`` reads is whole."""
+        if not self.params.stop_after_answer:
+            return None
+
+        def complete(sentences: list[str]) -> bool:
+            kept = self.clean(sentences)
+            for i, sentence in enumerate(kept):
+                if self._has(sentence, self.params.negation_phrases):
+                    return False  # the scan would end here without the answer: generation goes on
+                if self._has(sentence, (ANSWER_MARK,)):
+                    return i < len(kept) - 1
+            return False
+
+        mark = ANSWER_MARK if self.params.case_sensitive else ""
+        return read_through_done(ctx.parts.text.splitter.split, complete, mark)
 
     def _unknown_retrieves(self, ctx: RunContext) -> bool:
         return ctx.parts.config.corpus_stats.unknown_policy == "retrieve"
