@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from quco.datasets import load_dataset
+from quco.eval.detection import first_draft_checks
 from quco.eval.plan import PlanError, load_plan
 from quco.eval.results import BEGIN, END, collect, run_plan, table
 from quco.eval.runner import run_eval
@@ -395,6 +396,15 @@ def test_run_then_tabulate_end_to_end_on_the_default_model(
     assert draws and all(t["threshold"] == pytest.approx(p1) for t in draws)
     for run in (quco, random, load_run(runs / "sr-rag")):
         assert len(run.records) == 2 and not any(r["error"] for r in run.records)
+    # The first-draft test reads the real traces: one draft per question whose drafts a trigger judged.
+    judged = [
+        r
+        for r in quco.records
+        if any(s["stage"] == "generate" and s["triggers"] for s in r["trace"]["steps"])
+    ]
+    assert judged, "QuCo-RAG judged no draft of the two questions"
+    assert len(first_draft_checks(quco)) == len(judged)
+    assert first_draft_checks(load_run(runs / "sr-rag")) == []
     before = {name: (runs / name / "results.jsonl").read_bytes() for name in ("sr-rag", "quco", "random")}
     second = runner.invoke(app, ["results", "run", str(plan), "--no-progress"])
     assert second.exit_code == 0, second.output
@@ -407,6 +417,7 @@ def test_run_then_tabulate_end_to_end_on_the_default_model(
     assert text.count("| complete 2/2 |") == 3 and text.count("| pool |") == 3
     assert "(calibrated: entity_threshold)" in text and "gemma3-270m" in text
     assert "another config" not in text  # each run is what its row resolves to
+    assert "| first drafts judged |" in text
     assert (runs / "report.html").is_file() and (tmp_path / "r.html").is_file()
     status = runner.invoke(app, ["results", "status", str(plan)])
     assert status.exit_code == 0, status.output

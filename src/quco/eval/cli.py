@@ -1,4 +1,4 @@
-"""The evaluation commands ``quco eval``, ``quco summary``, ``quco compare`` and ``quco report``.
+"""The evaluation commands ``quco eval``, ``quco summary``, ``quco compare``, ``quco detection`` and ``quco report``.
 
 ``eval_app`` is mounted into the main ``quco`` command with ``app.add_typer(eval_app)`` (no name: its commands
 join the top level). The plain functions ``eval_command``, ``compare_command`` and ``report_command`` do the
@@ -358,6 +358,44 @@ def compare_cli(
     out.print(table)
     if comp.only_a or comp.only_b:
         out.print(f"[dim]{comp.only_a} questions only in A, {comp.only_b} only in B (left out)[/dim]")
+
+
+@eval_app.command("detection")
+@_friendly
+def detection_cli(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories written by `quco eval`.")],
+    markdown: Annotated[bool, typer.Option(help="Print a Markdown table.")] = False,
+) -> None:
+    """Does each run's trigger catch wrong drafts? Its first judged draft per question, scored like the final
+    answer: how often it is wrong when the trigger fired and when it kept it, with a 95% interval and p-value."""
+    from quco.eval.detection import DETECTION_HEAD, detection, detection_cells
+
+    _logging(False)
+    rows = []
+    for r in runs:
+        run = load_run(r)
+        d = detection(run)
+        if d is None:
+            out.print(
+                f"[dim]{run.name}: no draft judged during generation (the trigger decides before it)[/dim]"
+            )
+            continue
+        rows.append([run.name, str(run.method), *detection_cells(d)])
+    if not rows:
+        return
+    head = ["run", "method", *DETECTION_HEAD]
+    if markdown:
+        out.print("| " + " | ".join(head) + " |", highlight=False, soft_wrap=True)
+        out.print("|" + "---|" * len(head), highlight=False, soft_wrap=True)
+        for row in rows:
+            out.print("| " + " | ".join(row) + " |", highlight=False, soft_wrap=True)
+        return
+    table = Table(title="first drafts: wrong answer rate when the trigger fired and when it kept the draft")
+    for h in head:
+        table.add_column(h, justify="left" if h in ("run", "method") else "right")
+    for row in rows:
+        table.add_row(*row)
+    out.print(table)
 
 
 @eval_app.command("report")

@@ -26,6 +26,7 @@ from typing import Any
 
 from quco.errors import QucoError
 from quco.eval.cli import FIRING_COLUMNS, SUMMARY_COLUMNS, eval_command, firing_rates, format_rate
+from quco.eval.detection import DETECTION_HEAD, Detection, detection, detection_cells
 from quco.eval.plan import DatasetPlan, Plan, PlanError, Row, check_config_notes
 from quco.eval.runs import CONFIG_FILE, Run, load_run
 from quco.eval.stats import Comparison, Interval, compare, summarize
@@ -272,6 +273,7 @@ class RowResult:
     vs_control: Comparison | None = None
     world: dict[str, Any] = field(default_factory=dict)
     firing: dict[str, Any] = field(default_factory=dict)
+    detection: Detection | None = None
 
     @property
     def answered(self) -> int:
@@ -356,6 +358,7 @@ def collect(plan: Plan, n_boot: int = 10_000) -> list[RowResult]:
                         )
                         res.world = read_world(res.run_dir, run.config)
                         res.firing = firing_rates(restricted)
+                        res.detection = detection(restricted, n_boot)
                         _check_config(plan, ds, row, run, res)
             by_name[row.name] = res
             results.append(res)
@@ -407,6 +410,7 @@ class Section:
     costs: tuple[list[str], list[list[str]]]
     runs: tuple[list[str], list[list[str]]]
     notes: list[str]
+    detection: tuple[list[str], list[list[str]]] = ([], [])  # rows whose trigger judged drafts
 
 
 def sections(plan: Plan, results: Sequence[RowResult]) -> list[Section]:
@@ -441,10 +445,12 @@ def sections(plan: Plan, results: Sequence[RowResult]) -> list[Section]:
             if r.row.calibrate:
                 config += f" (calibrated: {', '.join(c.param for c in r.row.calibrate)})"
             runs.append([r.row.title, _status(r), str(r.run_dir), r.generator or "—", world, config])
+        judged = [[r.row.title, *detection_cells(d)] for r in rows if (d := r.detection) is not None]
+        det = (["method", *DETECTION_HEAD], judged)
         notes = [f"{ds.note.strip()}"] if ds.note else []
         notes += [f"{r.row.title}: {r.row.note.strip()}" for r in rows if r.row.note]
         notes += [f"{r.row.title}: {r.problem}" for r in rows if r.problem]
-        out.append(Section(ds, (score_head, scores), (cost_head, costs), (run_head, runs), notes))
+        out.append(Section(ds, (score_head, scores), (cost_head, costs), (run_head, runs), notes, det))
     return out
 
 
@@ -465,7 +471,11 @@ def _legend(plan: Plan) -> str:
         "generations only (the papers' #Call and #Tok); all roles adds extractor, sampler, judge, probe and "
         "answer re-prompt calls. s/q: wall seconds per question on the machine that ran it. Stage 1 fired: "
         "share of questions whose pre-generation trigger fired; stage 2: share of judged sentences (or "
-        "candidate points) flagged."
+        "candidate points) flagged. First drafts (rows whose trigger judges drafts during generation): each "
+        "question's first judged draft scored as the final answer is; how often it is wrong when the trigger "
+        "fired and when it kept the draft, their difference (bootstrap interval, label-permutation p-value; "
+        "shown when each group has 5 drafts or more), and the shares of wrong and of right drafts it fired on "
+        "(`quco detection`)."
     )
 
 
@@ -481,7 +491,10 @@ def render_markdown(plan: Plan, results: Sequence[RowResult], plan_path: str) ->
     ]
     for sec in sections(plan, results):
         lines += ["", f"### {_header(sec.dataset)}", ""]
-        lines += _md_table(*sec.scores) + [""] + _md_table(*sec.costs) + [""] + _md_table(*sec.runs)
+        lines += _md_table(*sec.scores) + [""] + _md_table(*sec.costs) + [""]
+        if sec.detection[1]:
+            lines += _md_table(*sec.detection) + [""]
+        lines += _md_table(*sec.runs)
         if sec.notes:
             lines += [""] + [f"- {n}" for n in sec.notes]
     lines += ["", END]
@@ -546,6 +559,8 @@ def write_html(
                          f"{html.escape(str(rel))}</a></p>")  # fmt: skip
         parts.append(_html_table(*sec.scores, "scores"))
         parts.append(_html_table(*sec.costs, "costs"))
+        if sec.detection[1]:
+            parts.append(_html_table(*sec.detection, "detection"))
         parts.append(_html_table(*sec.runs, "runs"))
         if sec.notes:
             parts.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in sec.notes) + "</ul>")

@@ -117,6 +117,43 @@ def paired_test(
     )
 
 
+def group_difference(
+    values: Sequence[float], group: Sequence[bool], n_boot: int = 10_000, seed: int = 0
+) -> tuple[Interval, float]:
+    """Mean of ``values`` in the group minus outside it (two independent samples of one run's questions).
+
+    The interval is a percentile bootstrap that resamples the questions (resamples that leave a group empty are
+    dropped); the p-value is a two-sided permutation test that shuffles the group labels (add-one smoothed).
+    With an empty group the difference is NaN and p is 1.
+    """
+    x = np.asarray(values, dtype=float)
+    g = np.asarray(group, dtype=bool)
+    if x.shape != g.shape:
+        raise ValueError(f"values and group labels differ in length: {len(x)} vs {len(g)}")
+    n, k = len(x), int(g.sum())
+    if k == 0 or k == n:
+        return Interval(math.nan, math.nan, math.nan, n), 1.0
+    observed = float(x[g].mean() - x[~g].mean())
+    rng = np.random.default_rng(seed)
+    diffs: list[np.ndarray] = []
+    hits = 0
+    for start in range(0, n_boot, _CHUNK):
+        size = min(_CHUNK, n_boot - start)
+        idx = rng.integers(0, n, size=(size, n))
+        gs, xs = g[idx], x[idx]
+        inside, outside = gs.sum(axis=1), (~gs).sum(axis=1)
+        ok = (inside > 0) & (outside > 0)
+        mean_in = np.where(gs, xs, 0.0).sum(axis=1)[ok] / inside[ok]
+        mean_out = np.where(gs, 0.0, xs).sum(axis=1)[ok] / outside[ok]
+        diffs.append(mean_in - mean_out)
+        perm = np.argsort(rng.random((size, n)), axis=1) < k  # k labels placed at random
+        d_perm = np.where(perm, x, 0.0).sum(axis=1) / k - np.where(perm, 0.0, x).sum(axis=1) / (n - k)
+        hits += int(np.sum(np.abs(d_perm) >= abs(observed) - 1e-12))
+    boot = np.concatenate(diffs)
+    low, high = np.quantile(boot, [0.025, 0.975])
+    return Interval(observed, float(low), float(high), n), (hits + 1) / (n_boot + 1)
+
+
 def summarize(run: Run, fields: Sequence[str] = SUMMARY_FIELDS, n_boot: int = 10_000) -> dict[str, Interval]:
     """Mean and 95% interval of each score and cost per question of one run."""
     return {f: bootstrap_ci(run.values(f), n_boot=n_boot) for f in fields}

@@ -1,0 +1,110 @@
+"""Does a trigger catch wrong drafts: the two-group test, the first-draft reading of traces, `quco detection`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from quco.cli import app
+from quco.datasets import load_dataset
+from quco.eval.detection import detection, detection_cells, first_draft_checks
+from quco.eval.runner import run_eval
+from quco.eval.runs import load_run
+from quco.eval.stats import group_difference
+from quco.signals.record import TriggerRecord
+from quco.trace import Step, Trace
+
+EXAMPLES = load_dataset("hotpotqa", limit=12)
+GOLD = {e.question: e.answers[0] for e in EXAMPLES}
+
+
+def test_group_difference_separates_a_perfect_split_from_none() -> None:
+    wrong = [1.0] * 20 + [0.0] * 20
+    diff, p = group_difference(wrong, [True] * 20 + [False] * 20, n_boot=2000)
+    assert (diff.mean, diff.low, diff.high, diff.n) == (1.0, 1.0, 1.0, 40)
+    assert p < 0.001
+    # Labels unrelated to the outcome: no difference, and the test says so.
+    diff, p = group_difference(wrong, [True, False] * 20, n_boot=2000)
+    assert diff.mean == 0.0 and diff.low < 0 < diff.high and p == 1.0
+    diff, p = group_difference([1.0, 0.0, 1.0], [True, True, True])
+    assert math.isnan(diff.mean) and p == 1.0
+    with pytest.raises(ValueError, match="differ in length"):
+        group_difference([1.0, 0.0], [True])
+
+
+def _judge(kind: str):
+    """An answerer whose first judged draft is right on even questions; its trigger fires per ``kind``."""
+
+    def answer(question: str) -> Trace:
+        i = [e.question for e in EXAMPLES].index(question)
+        right = i % 2 == 0
+        fire = {"detector": not right, "blind": i % 4 < 2}[kind]
+        draft = f"A step. So the answer is {GOLD[question] if right else 'Paris'}."
+        if i == 11:
+            draft = "A step that never states"  # no answer: counted apart
+        record = TriggerRecord("score", "above", 0.5, [0.9 if fire else 0.1], "sentence", 0 if fire else None)
+        trace = Trace(question=question, method="flare")
+        trace.steps.append(Step(index=0, stage="before", decision="skip"))
+        trace.steps.append(Step(index=1, stage="generate", draft=draft, triggers=[record],
+                                decision="retrieve" if fire else "keep"))  # fmt: skip
+        trace.steps.append(
+            Step(index=2, stage="generate", draft="Later. So the answer is Paris.", triggers=[record])
+        )
+        trace.prediction = f"So the answer is {GOLD[question]}."  # the final answer is not what is tested
+        return trace
+
+    answer.method = "flare"  # type: ignore[attr-defined]
+    return answer
+
+
+def test_the_first_judged_draft_is_scored_not_the_final_answer(tmp_path: Path) -> None:
+    run_eval(_judge("detector"), "hotpotqa", limit=12, out_dir=tmp_path / "det", progress=False)
+    run = load_run(tmp_path / "det")
+    checks = first_draft_checks(run)
+    assert len(checks) == 12 and checks[11].wrong is None
+    assert [c.wrong for c in checks[:11]] == [i % 2 == 1 for i in range(11)]
+    assert all(c.fired == (i % 2 == 1) for i, c in enumerate(checks))
+    d = detection(run, n_boot=500)
+    assert d is not None
+    assert (d.drafts, d.no_answer, d.fired_wrong, d.fired_right, d.kept_wrong, d.kept_right) == (
+        12,
+        1,
+        5,
+        0,
+        0,
+        6,
+    )
+    assert (d.recall, d.false_alarms, d.difference.mean) == (1.0, 0.0, 1.0)
+    cells = detection_cells(d)
+    assert cells[:5] == [
+        "12 (1 without answer)",
+        "45% (5/11)",
+        "100% (5/5)",
+        "0% (0/6)",
+        f"+100.0 [+100.0, +100.0] p={d.p_value:.3f}",
+    ]
+    assert d.p_value < 0.05
+
+
+def test_quco_detection_prints_each_run_and_names_runs_without_judged_drafts(tmp_path: Path) -> None:
+    run_eval(_judge("blind"), "hotpotqa", limit=12, out_dir=tmp_path / "blind", progress=False)
+
+    def single(question: str) -> Trace:  # decides before generation only, as SR-RAG
+        trace = Trace(question=question, method="sr-rag", prediction="So the answer is Paris.")
+        trace.steps.append(Step(index=0, stage="before", decision="retrieve"))
+        trace.steps.append(Step(index=1, stage="generate", draft="So the answer is Paris."))
+        return trace
+
+    single.method = "sr-rag"  # type: ignore[attr-defined]
+    run_eval(single, "hotpotqa", limit=3, out_dir=tmp_path / "sr", progress=False)
+    res = CliRunner().invoke(app, ["detection", str(tmp_path / "blind"), str(tmp_path / "sr"), "--markdown"])
+    assert res.exit_code == 0, res.output
+    assert "no draft judged during generation" in res.output
+    blind = detection(load_run(tmp_path / "blind"))  # the command's 10,000 resamples
+    assert blind is not None and blind.fired == 6 and blind.kept == 5
+    assert f"| {' | '.join(detection_cells(blind))} |" in res.output.replace("\n", "")
+    bad = CliRunner().invoke(app, ["detection", str(tmp_path / "missing")])
+    assert bad.exit_code != 0 and "missing" in bad.output
