@@ -19,6 +19,7 @@ from quco.datasets import load_dataset
 from quco.eval.report import write_report
 from quco.eval.runner import run_eval
 from quco.signals.corpus import entity_rarity
+from quco.signals.record import TriggerRecord
 from quco.trace import RetrievedRef, Step, Trace
 
 N = 24
@@ -42,9 +43,17 @@ def _answerer(method: str, p_right: float, retrieves: bool):
                      triggers=[stage1])
             )  # fmt: skip
         if retrieves:
+            # QuCo-RAG's stage 2 judges its draft (a trigger record), which the "first drafts" table reads.
+            judged = (
+                [TriggerRecord("cooccurrence", "below", 1.0, [0.0], "sentence", 0)]
+                if method == "quco"
+                else []
+            )
+            answer = f" So the answer is {GOLD[question] if h % 3 else 'Paris'}." if judged else ""
             trace.steps.append(
-                Step(index=1, stage="generate", draft="A draft <b>sentence</b>.", decision="retrieve",
-                     queries=["E born"], retrieved=[RetrievedRef("p1", "Some Title", 3.2, "E born")])
+                Step(index=1, stage="generate", draft=f"A draft <b>sentence</b>.{answer}", decision="retrieve",
+                     queries=["E born"], retrieved=[RetrievedRef("p1", "Some Title", 3.2, "E born")],
+                     triggers=judged)
             )  # fmt: skip
             trace.counters.retrievals = 1 + h % 3
         trace.counters.add_llm("main", 400, 30 + h % 20)
@@ -101,7 +110,7 @@ def test_report_is_self_contained_with_tables_plots_and_traces(report: Path) -> 
     text = report.read_text("utf-8")
     page = _Collect()
     page.feed(text)
-    assert page.tables == {"summary": 3, "paired": 2, "questions": N}
+    assert page.tables == {"summary": 3, "paired": 2, "detection": 1, "questions": N}
     assert all(r.startswith("data:image/png;base64,") for r in page.refs)  # nothing fetched from elsewhere
     alts = [i["alt"] for i in page.imgs]
     assert alts == [
@@ -110,6 +119,7 @@ def test_report_is_self_contained_with_tables_plots_and_traces(report: Path) -> 
         "EM by retrievals per question",
         "EM by entity frequency",
         "Stage-1 threshold sweep",
+        "Trigger threshold sweep",
     ]
     for img in page.imgs:
         data = base64.b64decode(str(img["src"]).split(",", 1)[1])
@@ -119,6 +129,7 @@ def test_report_is_self_contained_with_tables_plots_and_traces(report: Path) -> 
     assert text.count("<summary>traces</summary>") == N
     assert "A draft &lt;b&gt;sentence&lt;/b&gt;." in text and "<b>sentence</b>" not in text
     assert "retrieved: Some Title" in text
+    assert "Does the trigger catch wrong drafts?" in text and f"<td class='num'>{N}</td>" in text
     # Interval cells: "mean [low, high]".
     assert re.search(r'<td class="num">\d+\.\d<br><span class="ci">\[\d+\.\d, \d+\.\d\]</span></td>', text)
 
@@ -154,10 +165,10 @@ def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path) -> No
     # Set by the page's onload script: every plot decoded to an image with a width.
     body = re.search(r"<body[^>]*>", dom)
     assert body, dom[:500]
-    assert 'data-images-total="5"' in body.group(0) and 'data-images-ok="5"' in body.group(0)
+    assert 'data-images-total="6"' in body.group(0) and 'data-images-ok="6"' in body.group(0)
     page = _Collect()
     page.feed(dom)
-    assert page.tables == {"summary": 3, "paired": 2, "questions": N}
+    assert page.tables == {"summary": 3, "paired": 2, "detection": 1, "questions": N}
 
     shot = tmp_path / "shot.png"
     subprocess.run(

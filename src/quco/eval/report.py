@@ -171,6 +171,26 @@ def _paired_table(runs: Sequence[Run], baseline: Run) -> str:
     )
 
 
+def _detection_table(runs: Sequence[Run], n_boot: int) -> str:
+    from quco.eval.detection import DETECTION_HEAD, detection, detection_cells
+
+    found = [(run, d) for run in runs if (d := detection(run, n_boot)) is not None]
+    if not found:
+        return ""
+    head = "".join(f"<th>{_esc(h)}</th>" for h in ("Run", *DETECTION_HEAD))
+    rows = "".join(
+        f"<tr><td>{_esc(run.name)}</td>" + "".join(f"<td class='num'>{_esc(c)}</td>" for c in detection_cells(d))
+        + "</tr>"
+        for run, d in found
+    )  # fmt: skip
+    return (
+        f"<h2>Does the trigger catch wrong drafts?</h2><table id='detection'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{rows}</tbody></table><p class='muted'>Each question's first draft judged during generation, "
+        "scored as the final answer is: how often it is wrong when the trigger fired and when it kept it "
+        "(bootstrap 95% interval, label-permutation p-value; `quco detection`).</p>"
+    )
+
+
 def _plot_efficiency(runs: Sequence[Run]) -> str:
     points = efficiency_points(runs)
     fig = _figure(11, 3.4, "EM versus cost per question")
@@ -378,7 +398,7 @@ def write_report(
     body = (
         f"<h1>{_esc(title)}</h1><p class='muted'>Generated {generated}. Dataset: {_esc(', '.join(datasets))}.</p>"
         f"<ul>{run_list}</ul>{world_html(runs)}<h2>Comparison</h2>{_summary_table(runs, summaries)}"
-        f"{_paired_table(runs, runs[baseline])}"
+        f"{_paired_table(runs, runs[baseline])}{_detection_table(runs, n_boot)}"
         f"<h2>Plots</h2><div class='plots'>{''.join(plots)}</div>{_questions_table(runs)}"
     )
     page = (
