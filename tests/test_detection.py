@@ -13,7 +13,7 @@ from quco.datasets import load_dataset
 from quco.eval.detection import detection, detection_cells, first_draft_checks
 from quco.eval.runner import run_eval
 from quco.eval.runs import load_run
-from quco.eval.stats import group_difference
+from quco.eval.stats import auroc, group_difference
 from quco.signals.record import TriggerRecord
 from quco.trace import Step, Trace
 
@@ -33,6 +33,19 @@ def test_group_difference_separates_a_perfect_split_from_none() -> None:
     assert math.isnan(diff.mean) and p == 1.0
     with pytest.raises(ValueError, match="differ in length"):
         group_difference([1.0, 0.0], [True])
+
+
+def test_auroc_ranks_positives_first_and_counts_ties_half() -> None:
+    labels = [True, True, False, False]
+    assert auroc([0.9, 0.8, 0.2, 0.1], labels, n_boot=500).mean == 1.0
+    assert auroc([0.1, 0.2, 0.8, 0.9], labels, n_boot=500).mean == 0.0
+    assert auroc([0.5, 0.5, 0.5, 0.5], labels, n_boot=500).mean == 0.5
+    assert auroc([0.9, 0.5, 0.5, 0.1], labels, n_boot=500).mean == pytest.approx(
+        0.875
+    )  # one tie of four pairs
+    iv = auroc([float(i) for i in range(40)], [i % 2 == 0 for i in range(40)], n_boot=2000)
+    assert iv.low < 0.5 < iv.high and iv.n == 40
+    assert math.isnan(auroc([0.3, 0.4], [True, True]).mean)
 
 
 def _judge(kind: str):
@@ -87,6 +100,9 @@ def test_the_first_judged_draft_is_scored_not_the_final_answer(tmp_path: Path) -
         f"+100.0 [+100.0, +100.0] p={d.p_value:.3f}",
     ]
     assert d.p_value < 0.05
+    # The first score (0.9 where the trigger fired, 0.1 where it kept) ranks every wrong draft first.
+    assert d.auroc is not None and (d.auroc.mean, d.auroc.n) == (1.0, 11)
+    assert cells[-1] == "1.00 [1.00, 1.00] (n=11)"
 
 
 def test_quco_detection_prints_each_run_and_names_runs_without_judged_drafts(tmp_path: Path) -> None:

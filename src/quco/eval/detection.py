@@ -21,7 +21,8 @@ import numpy as np
 
 from quco.eval.metrics import score_prediction
 from quco.eval.runs import Run
-from quco.eval.stats import Interval, group_difference
+from quco.eval.stats import Interval, auroc, group_difference
+from quco.signals.record import TriggerRecord
 from quco.trace import as_trace
 
 
@@ -32,6 +33,7 @@ class DraftCheck:
     id: str
     fired: bool
     wrong: bool | None  # None: the draft states no answer
+    suspicion: float | None = None  # the first scored candidate's score, oriented so that higher fires
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Detection:
     kept_right: int
     difference: Interval  # P(wrong | fired) − P(wrong | kept), bootstrap over questions
     p_value: float  # label-permutation test of no difference
+    auroc: Interval | None = None  # how well the first score ranks wrong drafts above right ones
 
     @property
     def fired(self) -> int:
@@ -90,8 +93,24 @@ def first_draft_checks(run: Run) -> list[DraftCheck]:
             continue
         score = score_prediction(step.draft, rec.get("gold") or [], rec.get("kind") or "span", dataset)
         wrong = None if score.missing else score.em < 1.0
-        checks.append(DraftCheck(str(rec["id"]), step.decision == "retrieve", wrong))
+        checks.append(
+            DraftCheck(str(rec["id"]), step.decision == "retrieve", wrong, _suspicion(step.triggers[0]))
+        )
     return checks
+
+
+def _suspicion(record: TriggerRecord) -> float | None:
+    """The first scored candidate's score, negated for rules that fire below their threshold.
+
+    A scan scores its candidates in order up to the one that fires, so the first scored candidate is scored in
+    every draft at any threshold: its score is comparable across drafts, where later ones are not.
+    """
+    if record.rule not in ("above", "below"):
+        return None
+    first = next((s for s in record.scores if s is not None and math.isfinite(s)), None)
+    if first is None:
+        return None
+    return -first if record.rule == "below" else first
 
 
 def detection(run: Run, n_boot: int = 10_000, seed: int = 0) -> Detection | None:
@@ -103,6 +122,10 @@ def detection(run: Run, n_boot: int = 10_000, seed: int = 0) -> Detection | None
     fired = np.array([c.fired for c in answered], dtype=bool)
     wrong = np.array([bool(c.wrong) for c in answered], dtype=float)
     diff, p = group_difference(wrong, fired, n_boot=n_boot, seed=seed)
+    scored = [c for c in answered if c.suspicion is not None]
+    ranked = None
+    if scored:
+        ranked = auroc([c.suspicion or 0.0 for c in scored], [bool(c.wrong) for c in scored], n_boot, seed)
     return Detection(
         run=run.name,
         drafts=len(checks),
@@ -113,6 +136,7 @@ def detection(run: Run, n_boot: int = 10_000, seed: int = 0) -> Detection | None
         kept_right=int(np.sum(~fired & (wrong == 0))),
         difference=diff,
         p_value=p,
+        auroc=ranked,
     )
 
 
@@ -138,6 +162,7 @@ def detection_cells(d: Detection) -> list[str]:
         delta,
         _share(d.fired_wrong, d.fired_wrong + d.kept_wrong),
         _share(d.fired_right, d.fired_right + d.kept_right),
+        "—" if d.auroc is None or math.isnan(d.auroc.mean) else f"{d.auroc.format(2)} (n={d.auroc.n})",
     ]
 
 
@@ -149,4 +174,5 @@ DETECTION_HEAD: Sequence[str] = (
     "Δ wrong (fired − kept)",
     "wrong drafts caught",
     "right drafts flagged",
+    "AUROC of the first score",
 )

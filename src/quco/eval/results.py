@@ -474,8 +474,9 @@ def _legend(plan: Plan) -> str:
         "candidate points) flagged. First drafts (rows whose trigger judges drafts during generation): each "
         "question's first judged draft scored as the final answer is; how often it is wrong when the trigger "
         "fired and when it kept the draft, their difference (bootstrap interval, label-permutation p-value; "
-        "shown when each group has 5 drafts or more), and the shares of wrong and of right drafts it fired on "
-        "(`quco detection`)."
+        "shown when each group has 5 drafts or more), the shares of wrong and of right drafts it fired on, and "
+        "the AUROC of the first scored candidate's score as a ranking of wrong drafts first (0.5: chance; "
+        "`quco detection`)."
     )
 
 

@@ -154,6 +154,38 @@ def group_difference(
     return Interval(observed, float(low), float(high), n), (hits + 1) / (n_boot + 1)
 
 
+def _auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Mann-Whitney AUROC: the chance that a positive outscores a negative (ties count half)."""
+    n_pos = int(labels.sum())
+    n_neg = len(labels) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return math.nan
+    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
+    mid_ranks = np.cumsum(counts) - (counts - 1) / 2.0  # 1-based average rank of each distinct value
+    ranks = mid_ranks[inverse]
+    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def auroc(scores: Sequence[float], labels: Sequence[bool], n_boot: int = 10_000, seed: int = 0) -> Interval:
+    """How well ``scores`` rank the positive ``labels`` first (0.5: no better than chance), with a percentile
+    bootstrap interval over the items (resamples without both classes are dropped)."""
+    x = np.asarray(scores, dtype=float)
+    y = np.asarray(labels, dtype=bool)
+    if x.shape != y.shape:
+        raise ValueError(f"scores and labels differ in length: {len(x)} vs {len(y)}")
+    observed = _auc(x, y)
+    if math.isnan(observed):
+        return Interval(math.nan, math.nan, math.nan, len(x))
+    rng = np.random.default_rng(seed)
+    boot = [
+        v
+        for _ in range(n_boot)
+        if not math.isnan(v := _auc(x[idx := rng.integers(0, len(x), len(x))], y[idx]))
+    ]
+    low, high = np.quantile(boot, [0.025, 0.975])
+    return Interval(observed, float(low), float(high), len(x))
+
+
 def summarize(run: Run, fields: Sequence[str] = SUMMARY_FIELDS, n_boot: int = 10_000) -> dict[str, Interval]:
     """Mean and 95% interval of each score and cost per question of one run."""
     return {f: bootstrap_ci(run.values(f), n_boot=n_boot) for f in fields}
