@@ -122,5 +122,11 @@ def test_quco_detection_prints_each_run_and_names_runs_without_judged_drafts(tmp
     blind = detection(load_run(tmp_path / "blind"))  # the command's 10,000 resamples
     assert blind is not None and blind.fired == 6 and blind.kept == 5
     assert f"| {' | '.join(detection_cells(blind))} |" in res.output.replace("\n", "")
+    twice = CliRunner().invoke(
+        app, ["detection", str(tmp_path / "blind"), str(tmp_path / "blind"), "--markdown"]
+    )
+    assert (
+        twice.exit_code == 0 and twice.output.count(f"| {tmp_path / 'blind'} | flare |") == 2
+    )  # named by path
     bad = CliRunner().invoke(app, ["detection", str(tmp_path / "missing")])
     assert bad.exit_code != 0 and "missing" in bad.output

@@ -367,20 +367,24 @@ def detection_cli(
     markdown: Annotated[bool, typer.Option(help="Print a Markdown table.")] = False,
 ) -> None:
     """Does each run's trigger catch wrong drafts? Its first judged draft per question, scored like the final
-    answer: how often it is wrong when the trigger fired and when it kept it, with a 95% interval and p-value."""
+    answer: how often it is wrong when the trigger fired and when it kept it (95% interval, p-value), and how well
+    the trigger's first score ranks wrong drafts first (AUROC)."""
     from quco.eval.detection import DETECTION_HEAD, detection, detection_cells
 
     _logging(False)
+    loaded = [load_run(r) for r in runs]
+    labels = [run.name for run in loaded]
+    if len(set(labels)) < len(labels):  # one label for two runs (two datasets' runs): name them by path
+        labels = [str(run.dir) for run in loaded]
     rows = []
-    for r in runs:
-        run = load_run(r)
+    for label, run in zip(labels, loaded, strict=True):
         d = detection(run)
         if d is None:
             out.print(
-                f"[dim]{run.name}: no draft judged during generation (the trigger decides before it)[/dim]"
+                f"[dim]{label}: no draft judged during generation (the trigger decides before it)[/dim]"
             )
             continue
-        rows.append([run.name, str(run.method), *detection_cells(d)])
+        rows.append([label, str(run.method), *detection_cells(d)])
     if not rows:
         return
     head = ["run", "method", *DETECTION_HEAD]

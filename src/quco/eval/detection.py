@@ -25,6 +25,8 @@ from quco.eval.stats import Interval, auroc, group_difference
 from quco.signals.record import TriggerRecord
 from quco.trace import as_trace
 
+MIN_GROUP = 5  # differences and AUROCs need at least this many drafts on each side
+
 
 @dataclass(frozen=True)
 class DraftCheck:
@@ -49,7 +51,9 @@ class Detection:
     kept_right: int
     difference: Interval  # P(wrong | fired) − P(wrong | kept), bootstrap over questions
     p_value: float  # label-permutation test of no difference
-    auroc: Interval | None = None  # how well the first score ranks wrong drafts above right ones
+    auroc: Interval | None = (
+        None  # how well the first score ranks wrong drafts above right ones (None: too few)
+    )
 
     @property
     def fired(self) -> int:
@@ -124,7 +128,7 @@ def detection(run: Run, n_boot: int = 10_000, seed: int = 0) -> Detection | None
     diff, p = group_difference(wrong, fired, n_boot=n_boot, seed=seed)
     scored = [c for c in answered if c.suspicion is not None]
     ranked = None
-    if scored:
+    if min(sum(bool(c.wrong) for c in scored), sum(not c.wrong for c in scored)) >= MIN_GROUP:
         ranked = auroc([c.suspicion or 0.0 for c in scored], [bool(c.wrong) for c in scored], n_boot, seed)
     return Detection(
         run=run.name,
@@ -138,9 +142,6 @@ def detection(run: Run, n_boot: int = 10_000, seed: int = 0) -> Detection | None
         p_value=p,
         auroc=ranked,
     )
-
-
-MIN_GROUP = 5  # the difference is shown only when each group holds at least this many drafts
 
 
 def _share(part: int, whole: int) -> str:
