@@ -1,5 +1,6 @@
 """Evaluation: faithful metrics, resumable runs, confidence intervals, paired tests, analyses and reports."""
 
+from quco.eval.detection import Detection, detection
 from quco.eval.metrics import exact_match, extract_answer, f1_score, normalize_answer, score_prediction
 from quco.eval.runner import RunSummary, run_eval
 from quco.eval.runs import Run, load_run, record_costs
@@ -15,6 +16,7 @@ from quco.eval.stats import (
 
 __all__ = [
     "Comparison",
+    "Detection",
     "Interval",
     "PairedResult",
     "Run",
@@ -22,6 +24,7 @@ __all__ = [
     "bootstrap_ci",
     "compare",
     "compare_runs",
+    "detection",
     "exact_match",
     "extract_answer",
     "f1_score",
