@@ -38,8 +38,6 @@ from quco.retrieval.corpus import corpus_source
 from quco.text import build_text
 from quco.trace import as_trace
 
-ROOT = Path(__file__).resolve().parents[1]
-
 # A claim as counted: head count, tail count (None for a head-only claim), co-occurrence (None likewise).
 Counted = tuple[int | None, int | None, int | None]
 
@@ -57,7 +55,7 @@ RULES: dict[str, Callable[[Counted], bool]] = {
     **{
         f"both known >= {m}, never co-occur": _pair(lambda h, t, co, m=m: co == 0 and min(h, t) >= m)
         for m in (1, 10, 100)
-    },  # fmt: skip
+    },
     "an entity unknown": _pair(lambda h, t, co: h == 0 or t == 0),
 }
 

@@ -51,9 +51,8 @@ class Detection:
     kept_right: int
     difference: Interval  # P(wrong | fired) − P(wrong | kept), bootstrap over questions
     p_value: float  # label-permutation test of no difference
-    auroc: Interval | None = (
-        None  # how well the first score ranks wrong drafts above right ones (None: too few)
-    )
+    # How well the first score ranks wrong drafts above right ones (None: fewer than MIN_GROUP of either).
+    auroc: Interval | None = None
 
     @property
     def fired(self) -> int:
@@ -149,7 +148,7 @@ def _share(part: int, whole: int) -> str:
 
 
 def detection_cells(d: Detection) -> list[str]:
-    """The cells of one detection row: drafts, fired, wrong when fired / kept, difference, caught, false alarms."""
+    """One detection row's cells: drafts, fired, wrong when fired / kept, difference, caught, false alarms, AUROC."""
     diff = d.difference
     if min(d.fired, d.kept) < MIN_GROUP:
         delta = f"— (a group under {MIN_GROUP})"
