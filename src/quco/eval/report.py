@@ -187,7 +187,8 @@ def _detection_table(runs: Sequence[Run], n_boot: int) -> str:
         f"<h2>Does the trigger catch wrong drafts?</h2><table id='detection'><thead><tr>{head}</tr></thead>"
         f"<tbody>{rows}</tbody></table><p class='muted'>Each question's first draft judged during generation, "
         "scored as the final answer is: how often it is wrong when the trigger fired and when it kept it "
-        "(bootstrap 95% interval, label-permutation p-value; `quco detection`).</p>"
+        "(bootstrap 95% interval, label-permutation p-value), and how well the trigger's first score ranks "
+        "wrong drafts first (AUROC, 0.5: chance; `quco detection`).</p>"
     )
 
 

@@ -177,11 +177,12 @@ def auroc(scores: Sequence[float], labels: Sequence[bool], n_boot: int = 10_000,
     if math.isnan(observed):
         return Interval(math.nan, math.nan, math.nan, len(x))
     rng = np.random.default_rng(seed)
-    boot = [
-        v
-        for _ in range(n_boot)
-        if not math.isnan(v := _auc(x[idx := rng.integers(0, len(x), len(x))], y[idx]))
-    ]
+    boot = []
+    for _ in range(n_boot):
+        idx = rng.integers(0, len(x), len(x))
+        value = _auc(x[idx], y[idx])
+        if not math.isnan(value):
+            boot.append(value)
     low, high = np.quantile(boot, [0.025, 0.975])
     return Interval(observed, float(low), float(high), len(x))
 
