@@ -305,22 +305,27 @@ def summary_cli(
 
     from quco.world.guard import world_lines  # which world each run measured in (pool or realistic)
 
+    _print_table(
+        "mean per question [95% bootstrap CI]; EM and F1 in %", headers, [cells(r) for r in rows], markdown
+    )
+    for line in world_lines([load_run(r) for r in runs]):
+        out.print(f"- {line}" if markdown else line, highlight=False, soft_wrap=True)
+
+
+def _print_table(title: str, head: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool) -> None:
+    """One table of runs: Markdown lines, or a rich table with the run and method columns to the left."""
     if markdown:
-        out.print("| " + " | ".join(headers) + " |", highlight=False, soft_wrap=True)
-        out.print("|" + "---|" * len(headers), highlight=False, soft_wrap=True)
-        for row in rows:
-            out.print("| " + " | ".join(cells(row)) + " |", highlight=False, soft_wrap=True)
-        for line in world_lines([load_run(r) for r in runs]):
-            out.print(f"- {line}", highlight=False, soft_wrap=True)
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        for line in lines:
+            out.print(line, highlight=False, soft_wrap=True)
         return
-    table = Table(title="mean per question [95% bootstrap CI]; EM and F1 in %")
-    for h in headers:
+    table = Table(title=title)
+    for h in head:
         table.add_column(h, justify="left" if h in ("run", "method") else "right")
     for row in rows:
-        table.add_row(*cells(row))
+        table.add_row(*row)
     out.print(table)
-    for line in world_lines([load_run(r) for r in runs]):
-        out.print(line, highlight=False, soft_wrap=True)
 
 
 # The two runs of `quco compare` and `quco trace-diff`.
@@ -387,19 +392,8 @@ def detection_cli(
         rows.append([label, str(run.method), *detection_cells(d)])
     if not rows:
         return
-    head = ["run", "method", *DETECTION_HEAD]
-    if markdown:
-        out.print("| " + " | ".join(head) + " |", highlight=False, soft_wrap=True)
-        out.print("|" + "---|" * len(head), highlight=False, soft_wrap=True)
-        for row in rows:
-            out.print("| " + " | ".join(row) + " |", highlight=False, soft_wrap=True)
-        return
-    table = Table(title="first drafts: wrong answer rate when the trigger fired and when it kept the draft")
-    for h in head:
-        table.add_column(h, justify="left" if h in ("run", "method") else "right")
-    for row in rows:
-        table.add_row(*row)
-    out.print(table)
+    title = "first drafts: wrong answer rate when the trigger fired and when it kept the draft"
+    _print_table(title, ["run", "method", *DETECTION_HEAD], rows, markdown)
 
 
 @eval_app.command("report")
