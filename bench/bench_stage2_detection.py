@@ -1,6 +1,7 @@
 """QuCo-RAG's stage-2 rule and count-aware variants, measured as detectors of wrong first drafts.
 
 Usage: python bench/bench_stage2_detection.py --run RUN_DIR [--run RUN_DIR ...] [--config CONFIG.yaml]
+           [--fractions 0.0625,0.125,0.25,0.5,1]
 
 Reads each recorded QuCo-RAG run (``quco eval`` output) and takes every question's first draft judged during
 generation, scored as the final answer is (``quco.eval.detection``). It splits the draft into sentences up to
@@ -15,7 +16,14 @@ permutation p-value:
   missing co-occurrence is evidence rather than the rarity of either;
 - ``an entity unknown``: the head or the tail never occurs.
 
-A detector fires on wrong drafts more often than on right ones. Only rules-extractor runs are re-judged
+A detector fires on wrong drafts more often than on right ones.
+
+``--fractions``: does the rule detect better with more statistics? For each share of the statistics corpus's
+documents (a fixed pseudo-random sample by document id, nested: a smaller share is part of every larger one)
+it builds a statistics index in a temporary folder, counts the same claims in it, and prints the published
+rule's split and the AUROC of the draft's smallest pair co-occurrence (fewer co-occurrences: more suspect).
+
+Only rules-extractor runs are re-judged
 exactly: an LLM extractor is not run again (its claims would have to be generated). Runs of the realistic
 world need its statistics index (``quco index world --dataset NAME``). Prints its figures; it is not a timed
 test.
@@ -24,6 +32,9 @@ test.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import math
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,9 +42,12 @@ import numpy as np
 
 from quco.config import PipelineConfig, load_config
 from quco.corpus_stats import build_corpus_stats
+from quco.corpus_stats.base import CorpusStats
+from quco.corpus_stats.build import build_local_index
+from quco.corpus_stats.local import LocalInfiniGram
 from quco.eval.detection import MIN_GROUP, first_draft_checks
 from quco.eval.runs import load_run
-from quco.eval.stats import group_difference
+from quco.eval.stats import auroc, group_difference
 from quco.retrieval.corpus import corpus_source
 from quco.text import build_text
 from quco.trace import as_trace
@@ -60,17 +74,19 @@ RULES: dict[str, Callable[[Counted], bool]] = {
 }
 
 
-def counted_drafts(run_dir: Path, config: Path | None) -> list[tuple[bool, list[Counted]]]:
-    """(wrong, claims) of each first judged draft that states an answer."""
+# A claim as extracted: head, tail (None for a head-only claim).
+Claim = tuple[str, str | None]
+
+
+def extracted_drafts(
+    run_dir: Path, config: Path | None
+) -> tuple[PipelineConfig, list[tuple[bool, list[Claim]]]]:
+    """The config used, and (wrong, claims) of each first judged draft that states an answer."""
     run = load_run(run_dir)
     cfg = load_config(config) if config else PipelineConfig.model_validate(run.config["pipeline"])
     if cfg.text.triplet_extractor != "rules":
         raise SystemExit(f"{run_dir}: only runs of the rules extractor are re-judged here")
     text = build_text(cfg.text)
-    source = corpus_source(cfg.corpus_stats.corpus or cfg.retriever.corpus)
-    stats = build_corpus_stats(
-        cfg.corpus_stats, source.docs, source.fingerprint(), progress=False, cache=False
-    )
     wrong_of = {c.id: c.wrong for c in first_draft_checks(run)}
     out = []
     for rec in run.records:
@@ -78,18 +94,98 @@ def counted_drafts(run_dir: Path, config: Path | None) -> list[tuple[bool, list[
         if wrong is None:
             continue
         step = next(s for s in as_trace(rec["trace"]).steps if s.stage == "generate" and s.triggers)
-        claims: list[Counted] = []
+        claims: list[Claim] = []
         for sentence in text.splitter.split(step.draft):
             if "answer is" in sentence.lower():
                 break
-            for t in text.triplets.triplets(sentence, None):
-                head = stats.count(t.head).count
-                if t.tail is None:
-                    claims.append((head, None, None))
-                else:
-                    claims.append((head, stats.count(t.tail).count, stats.cooccur(t.head, t.tail).count))
+            claims.extend((t.head, t.tail) for t in text.triplets.triplets(sentence, None))
         out.append((wrong, claims))
+    return cfg, out
+
+
+def count_claims(
+    drafts: list[tuple[bool, list[Claim]]], stats: CorpusStats
+) -> list[tuple[bool, list[Counted]]]:
+    """Each claim's head count, tail count and co-occurrence in ``stats``."""
+    out = []
+    for wrong, claims in drafts:
+        counted: list[Counted] = []
+        for head, tail in claims:
+            h = stats.count(head).count
+            if tail is None:
+                counted.append((h, None, None))
+            else:
+                counted.append((h, stats.count(tail).count, stats.cooccur(head, tail).count))
+        out.append((wrong, counted))
     return out
+
+
+def in_fraction(doc_id: str, fraction: float) -> bool:
+    """A fixed pseudo-random share of the documents, nested: a document kept at one fraction is kept at every
+    larger one."""
+    digest = hashlib.sha256(doc_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big") < fraction * 2**64
+
+
+def fraction_stats(cfg: PipelineConfig, fraction: float, workdir: Path) -> CorpusStats:
+    """The config's statistics index, or one built over ``fraction`` of its documents."""
+    source = corpus_source(cfg.corpus_stats.corpus or cfg.retriever.corpus)
+    if fraction >= 1.0:
+        return build_corpus_stats(
+            cfg.corpus_stats, source.docs, source.fingerprint(), progress=False, cache=False
+        )
+    safe = "".join(c if c.isalnum() else "_" for c in source.fingerprint())[:16]
+    index_dir = workdir / f"{safe}-share-{fraction:g}"
+    if not index_dir.exists():
+        docs = ((i, t) for i, t in source.docs() if in_fraction(i, fraction))
+        build_local_index(docs, index_dir, tokenizer=cfg.corpus_stats.tokenizer, progress=False)
+    c = cfg.corpus_stats
+    return LocalInfiniGram(
+        index_dir,
+        cooccurrence=c.cooccurrence,
+        max_diff_tokens=c.max_diff_tokens,
+        max_clause_freq=c.max_clause_freq,
+    )
+
+
+def suspicion(claims: list[Counted]) -> float:
+    """Higher for a draft whose least co-occurring pair co-occurs less (no pair claim: lowest)."""
+    pairs = [co for _, tail, co in claims if tail is not None and co is not None]
+    return -math.log10(1 + min(pairs)) if pairs else -99.0
+
+
+def print_rules(drafts: list[tuple[bool, list[Counted]]], boot: int) -> None:
+    wrong = np.array([w for w, _ in drafts], dtype=float)
+    print(f"{'rule':36s} {'fired':>9s} {'wrong|fired':>12s} {'wrong|kept':>11s}  difference [95% CI], p")
+    for name, rule in RULES.items():
+        fired = np.array([any(rule(c) for c in claims) for _, claims in drafts])
+        k = int(fired.sum())
+        if min(k, len(fired) - k) < MIN_GROUP:
+            print(f"{name:36s} {k:4d}/{len(fired):<4d}  (a group under {MIN_GROUP} drafts)")
+            continue
+        diff, p = group_difference(wrong, fired, n_boot=boot)
+        print(
+            f"{name:36s} {k:4d}/{len(fired):<4d} {wrong[fired].mean():12.0%} {wrong[~fired].mean():11.0%}  "
+            f"{diff.mean * 100:+.1f} [{diff.low * 100:+.1f}, {diff.high * 100:+.1f}], p={p:.3f}"
+        )
+
+
+def print_scale(drafts: list[tuple[bool, list[Counted]]], tokens: int, fraction: float, boot: int) -> None:
+    """One line: the published rule and the co-occurrence ranking on an index of ``tokens`` tokens."""
+    wrong = np.array([w for w, _ in drafts], dtype=bool)
+    pairs = [co for _, claims in drafts for _, tail, co in claims if tail is not None and co is not None]
+    fired = np.array([any(RULES["published (never co-occur)"](c) for c in claims) for _, claims in drafts])
+    k = int(fired.sum())
+    if min(k, len(fired) - k) >= MIN_GROUP:
+        diff, p = group_difference(wrong.astype(float), fired, n_boot=boot)
+        split = f"{wrong[fired].mean():5.0%} {wrong[~fired].mean():5.0%}  {diff.mean * 100:+5.1f} [{diff.low * 100:+.1f}, {diff.high * 100:+.1f}] p={p:.2f}"
+    else:
+        split = f"(a group under {MIN_GROUP} drafts)"
+    rank = auroc([suspicion(c) for _, c in drafts], wrong.tolist(), n_boot=boot)
+    print(
+        f"{fraction:8g} {tokens / 1e6:8.1f}M {sum(co == 0 for co in pairs) / max(len(pairs), 1):8.0%} "
+        f"{k:4d}/{len(fired):<4d} {split}  AUROC {rank.mean:.2f} [{rank.low:.2f}, {rank.high:.2f}]"
+    )
 
 
 def main() -> None:
@@ -99,26 +195,35 @@ def main() -> None:
         "--config", type=Path, help="config whose extractor and index to use (default: the run's)"
     )
     ap.add_argument("--boot", type=int, default=10_000, help="bootstrap resamples and permutations")
+    ap.add_argument(
+        "--fractions",
+        type=lambda v: [float(x) for x in v.split(",")],
+        help="also re-judge with statistics over these shares of the statistics corpus (e.g. 0.0625,0.25,1)",
+    )
     args = ap.parse_args()
-    for run_dir in args.run:
-        drafts = counted_drafts(run_dir, args.config)
-        wrong = np.array([w for w, _ in drafts], dtype=float)
-        n_claims = sum(len(c) for _, c in drafts)
-        print(
-            f"\n{run_dir}: {len(drafts)} first drafts with an answer, {n_claims} claims, {wrong.mean():.0%} wrong"
-        )
-        print(f"{'rule':36s} {'fired':>9s} {'wrong|fired':>12s} {'wrong|kept':>11s}  difference [95% CI], p")
-        for name, rule in RULES.items():
-            fired = np.array([any(rule(c) for c in claims) for _, claims in drafts])
-            k = int(fired.sum())
-            if min(k, len(fired) - k) < MIN_GROUP:
-                print(f"{name:36s} {k:4d}/{len(fired):<4d}  (a group under {MIN_GROUP} drafts)")
-                continue
-            diff, p = group_difference(wrong, fired, n_boot=args.boot)
+    if args.fractions and not all(0 < f <= 1 for f in args.fractions):
+        ap.error("--fractions: every share must be in (0, 1]")
+    with tempfile.TemporaryDirectory(prefix="quco-scale-") as tmp:
+        for run_dir in args.run:
+            cfg, extracted = extracted_drafts(run_dir, args.config)
+            stats = fraction_stats(cfg, 1.0, Path(tmp))
+            drafts = count_claims(extracted, stats)
+            wrong = np.array([w for w, _ in drafts], dtype=float)
+            n_claims = sum(len(c) for _, c in drafts)
             print(
-                f"{name:36s} {k:4d}/{len(fired):<4d} {wrong[fired].mean():12.0%} {wrong[~fired].mean():11.0%}  "
-                f"{diff.mean * 100:+.1f} [{diff.low * 100:+.1f}, {diff.high * 100:+.1f}], p={p:.3f}"
+                f"\n{run_dir}: {len(drafts)} first drafts with an answer, {n_claims} claims, {wrong.mean():.0%} wrong"
             )
+            print_rules(drafts, args.boot)
+            if not args.fractions:
+                continue
+            print(
+                "\nthe published rule on a share of the statistics corpus: fired drafts, wrong when fired / kept, "
+                "difference; AUROC of -log10(1 + the draft's smallest pair co-occurrence)"
+            )
+            print(f"{'share':>8s} {'tokens':>9s} {'pairs co=0':>9s} {'fired':>9s}")
+            for fraction in sorted(args.fractions):
+                stats = fraction_stats(cfg, fraction, Path(tmp))
+                print_scale(count_claims(extracted, stats), stats.total_tokens or 0, fraction, args.boot)
 
 
 if __name__ == "__main__":
