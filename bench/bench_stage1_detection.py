@@ -55,10 +55,10 @@ def split(name: str, values: np.ndarray, fired: np.ndarray, boot: int, pct: bool
     if min(k, len(fired) - k) < MIN_GROUP:
         return f"{name}: fired on {k}/{len(fired)} (a group under {MIN_GROUP} questions)"
     diff, p = group_difference(values, fired, n_boot=boot)
-    scale, unit = (100, "%") if pct else (100, " pts")
+    unit = "%" if pct else " pts"
     return (
-        f"{name}: fired {values[fired].mean() * scale:.1f}{unit} ({k} q), kept "
-        f"{values[~fired].mean() * scale:.1f}{unit} ({len(fired) - k} q); difference "
+        f"{name}: fired {values[fired].mean() * 100:.1f}{unit} ({k} q), kept "
+        f"{values[~fired].mean() * 100:.1f}{unit} ({len(fired) - k} q); difference "
         f"{diff.mean * 100:+.1f} [{diff.low * 100:+.1f}, {diff.high * 100:+.1f}], p={p:.3f}"
     )
 
