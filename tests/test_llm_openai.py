@@ -79,8 +79,9 @@ class FaultProxy:
         self.generation_requests = 0
         self.in_flight = 0
         self.max_in_flight = 0
-        # With ``gather``, the first requests wait (up to 30 s) until that many are in flight at once: a client
-        # that overlaps its requests is then seen to, however slowly the threads are scheduled.
+        # With ``gather``, the first generation requests wait (up to 30 s) until that many requests are in flight
+        # at once: a client that overlaps its requests is then seen to, however slowly the threads are scheduled.
+        # Other requests (a model-info lookup before the first generation) pass at once.
         self.gather = gather
         self.lock = threading.Condition()
         proxy = self
@@ -99,7 +100,7 @@ class FaultProxy:
                         proxy.generation_requests += 1
                     failing = generation and proxy.generation_requests <= proxy.fail
                     proxy.lock.notify_all()
-                    if proxy.max_in_flight < proxy.gather:
+                    if generation and proxy.max_in_flight < proxy.gather:
                         proxy.lock.wait_for(lambda: proxy.max_in_flight >= proxy.gather, timeout=30)
                 try:
                     if proxy.delay_s and (generation or proxy.delay_all):
