@@ -32,8 +32,9 @@ from quco.eval.stats import auroc, group_difference
 from quco.trace import as_trace
 
 
-def stage1_scores(run: Run) -> dict[str, tuple[float, float]]:
-    """Question id -> (stage-1 score, threshold) for every question whose pre-generation trigger scored it."""
+def stage1_scores(run: Run) -> dict[str, tuple[float, float, bool]]:
+    """Question id -> (stage-1 score, threshold, whether it fired) for every question whose pre-generation
+    trigger scored it."""
     out = {}
     for rec in run.records:
         for step in as_trace(rec["trace"]).steps:
@@ -41,7 +42,7 @@ def stage1_scores(run: Run) -> dict[str, tuple[float, float]]:
                 continue
             for trig in step.triggers:
                 if trig.param == "entity_threshold" and trig.scores and trig.scores[0] is not None:
-                    out[str(rec["id"])] = (float(trig.scores[0]), float(trig.threshold))
+                    out[str(rec["id"])] = (float(trig.scores[0]), float(trig.threshold), trig.fired)
             break
     return out
 
@@ -115,7 +116,7 @@ def main() -> None:
             line += f"  gain from retrieval {gain[m].mean() * 100:+6.1f}"
         print(line)
 
-    fired = score < threshold
+    fired = np.array([scores[i][2] for i in ids])  # the run's own decisions
     print(f"\nat the run's threshold ({threshold:g}):")
     print("  " + split("closed-book wrong", wrong.astype(float), fired, args.boot, pct=True))
     if gain is not None:

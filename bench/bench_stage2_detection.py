@@ -148,43 +148,47 @@ def fraction_stats(cfg: PipelineConfig, fraction: float, workdir: Path) -> Corpu
     )
 
 
+def pair_cooccurrences(claims: list[Counted]) -> list[int]:
+    return [co for _, tail, co in claims if tail is not None and co is not None]
+
+
 def suspicion(claims: list[Counted]) -> float:
     """Higher for a draft whose least co-occurring pair co-occurs less (no pair claim: lowest)."""
-    pairs = [co for _, tail, co in claims if tail is not None and co is not None]
+    pairs = pair_cooccurrences(claims)
     return -math.log10(1 + min(pairs)) if pairs else -99.0
 
 
-def print_rules(drafts: list[tuple[bool, list[Counted]]], boot: int) -> None:
+def rule_split(
+    drafts: list[tuple[bool, list[Counted]]], rule: Callable[[Counted], bool], boot: int
+) -> tuple[int, str]:
+    """Drafts the rule fires on, and "wrong|fired wrong|kept difference [CI], p" (or why there is none)."""
     wrong = np.array([w for w, _ in drafts], dtype=float)
+    fired = np.array([any(rule(c) for c in claims) for _, claims in drafts])
+    k = int(fired.sum())
+    if min(k, len(fired) - k) < MIN_GROUP:
+        return k, f"(a group under {MIN_GROUP} drafts)"
+    diff, p = group_difference(wrong, fired, n_boot=boot)
+    return k, (
+        f"{wrong[fired].mean():12.0%} {wrong[~fired].mean():11.0%}  "
+        f"{diff.mean * 100:+.1f} [{diff.low * 100:+.1f}, {diff.high * 100:+.1f}], p={p:.3f}"
+    )
+
+
+def print_rules(drafts: list[tuple[bool, list[Counted]]], boot: int) -> None:
     print(f"{'rule':36s} {'fired':>9s} {'wrong|fired':>12s} {'wrong|kept':>11s}  difference [95% CI], p")
     for name, rule in RULES.items():
-        fired = np.array([any(rule(c) for c in claims) for _, claims in drafts])
-        k = int(fired.sum())
-        if min(k, len(fired) - k) < MIN_GROUP:
-            print(f"{name:36s} {k:4d}/{len(fired):<4d}  (a group under {MIN_GROUP} drafts)")
-            continue
-        diff, p = group_difference(wrong, fired, n_boot=boot)
-        print(
-            f"{name:36s} {k:4d}/{len(fired):<4d} {wrong[fired].mean():12.0%} {wrong[~fired].mean():11.0%}  "
-            f"{diff.mean * 100:+.1f} [{diff.low * 100:+.1f}, {diff.high * 100:+.1f}], p={p:.3f}"
-        )
+        k, split = rule_split(drafts, rule, boot)
+        print(f"{name:36s} {k:4d}/{len(drafts):<4d} {split}")
 
 
 def print_scale(drafts: list[tuple[bool, list[Counted]]], tokens: int, fraction: float, boot: int) -> None:
     """One line: the published rule and the co-occurrence ranking on an index of ``tokens`` tokens."""
-    wrong = np.array([w for w, _ in drafts], dtype=bool)
-    pairs = [co for _, claims in drafts for _, tail, co in claims if tail is not None and co is not None]
-    fired = np.array([any(RULES["published (never co-occur)"](c) for c in claims) for _, claims in drafts])
-    k = int(fired.sum())
-    if min(k, len(fired) - k) >= MIN_GROUP:
-        diff, p = group_difference(wrong.astype(float), fired, n_boot=boot)
-        split = f"{wrong[fired].mean():5.0%} {wrong[~fired].mean():5.0%}  {diff.mean * 100:+5.1f} [{diff.low * 100:+.1f}, {diff.high * 100:+.1f}] p={p:.2f}"
-    else:
-        split = f"(a group under {MIN_GROUP} drafts)"
-    rank = auroc([suspicion(c) for _, c in drafts], wrong.tolist(), n_boot=boot)
+    pairs = [co for _, claims in drafts for co in pair_cooccurrences(claims)]
+    k, split = rule_split(drafts, RULES["published (never co-occur)"], boot)
+    rank = auroc([suspicion(c) for _, c in drafts], [w for w, _ in drafts], n_boot=boot)
     print(
         f"{fraction:8g} {tokens / 1e6:8.1f}M {sum(co == 0 for co in pairs) / max(len(pairs), 1):8.0%} "
-        f"{k:4d}/{len(fired):<4d} {split}  AUROC {rank.mean:.2f} [{rank.low:.2f}, {rank.high:.2f}]"
+        f"{k:4d}/{len(drafts):<4d} {split}  AUROC {rank.mean:.2f} [{rank.low:.2f}, {rank.high:.2f}]"
     )
 
 

@@ -101,15 +101,14 @@ def test_quco_options_of_ours_on_the_default_model(overrides: dict, hotpot_dev: 
     assert stage2
 
 
-def test_quco_long_question_is_truncated_and_noted(quco_pipe: Pipeline) -> None:
+def test_quco_long_question_is_truncated_and_noted(
+    quco_pipe: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
     question = ("Tell me about rivers. " * 1000) + "Which river flows through Vienna?"
     assert len(question) > 20000
-    gen_cfg = quco_pipe.parts.config.generation
-    budget, gen_cfg.max_new_tokens = gen_cfg.max_new_tokens, 12  # the question's length is what is tested
-    try:
-        trace = quco_pipe.answer(question)
-    finally:
-        gen_cfg.max_new_tokens = budget
+    # The question's length is what is tested: a short answer budget keeps the test quick.
+    monkeypatch.setattr(quco_pipe.parts.config.generation, "max_new_tokens", 12)
+    trace = quco_pipe.answer(question)
     assert any("question was" in n for n in trace.notes)
     assert trace.question.endswith("Which river flows through Vienna?")
     c = trace.counters
