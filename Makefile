@@ -5,6 +5,8 @@ BIN     = $(VENV)/bin
 # The demo needs the embedded default only; the tests exercise every extra.
 DEMO_EXTRAS ?= hf
 TEST_EXTRAS ?= hf,dense,serve,report,llamacpp,dev
+# The suite runs in two worker processes, each test file whole in one of them (its module fixtures load once).
+TEST_WORKERS ?= 2
 # llama-cpp-python compiles from source: portable x86 flags (the native build crashes on CPUs with AMX).
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
@@ -36,7 +38,7 @@ demo: install
 	$(BIN)/quco demo
 
 test: install-all system-deps
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: install-all
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
