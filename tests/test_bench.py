@@ -1,5 +1,5 @@
 """The bench scripts: each one loads and describes its arguments, and the stage-1 bench reproduces a recorded
-run's own decisions from its scores."""
+run's own decisions from its scores; the run-retrieval bench counts what recorded runs found."""
 
 from __future__ import annotations
 
@@ -82,3 +82,49 @@ def test_stage1_bench_reproduces_the_runs_own_decisions(
     assert f"({retrieved} q), kept" in out
     assert f"({scored - retrieved} q); difference" in out
     assert "AUROC of rarity for a wrong closed-book answer: 0." in out
+
+
+def _gold_hits(run_dir: Path, gold: dict[str, set[str]], key: str) -> int:
+    """Questions of a recorded run whose retrieved passages (``key``: their id or title) hold all the gold."""
+    hits = 0
+    with (run_dir / "results.jsonl").open(encoding="utf-8") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            got = {p[key] for step in rec["trace"]["steps"] for p in step.get("retrieved") or []}
+            hits += gold[str(rec["id"])] <= got
+    return hits
+
+
+def test_run_retrieval_bench_counts_the_gold_each_run_found(
+    data_root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On committed headline rows, the questions whose retrieved passages hold every gold passage, counted here
+    from the raw data files: PubMedQA's own abstract is the n-th PQA-L record of the pool (haystack id
+    ``pubmedqa-pool:<n>``); HotpotQA's gold are the titles of the paragraphs flagged as supporting."""
+    pqal = json.loads((data_root / "pubmedqa/ori_pqal_0_300.json").read_text(encoding="utf-8"))
+    own = {pmid: {f"pubmedqa-pool:{n}"} for n, pmid in enumerate(pqal, 1)}
+    runs = ROOT / "results" / "headline" / "pubmedqa"
+    expected = [_gold_hits(runs / name, own, "id") for name in ("sr-rag", "flare")]
+    assert expected[0] > expected[1] > 0
+    out = run_bench(
+        ROOT / "bench" / "bench_run_retrieval.py",
+        ["--dataset", "pubmedqa", str(runs / "sr-rag"), str(runs / "flare"), "--boot", "200"],
+        capsys,
+        monkeypatch,
+    )
+    assert [f"all gold found {100 * k / 200:5.1f}% ({k}/200)" in out for k in expected] == [True, True]
+    assert "all gold found vs SR-RAG: -" in out
+
+    with (data_root / "hotpotqa/hotpot_dev_0_300_unified.jsonl").open(encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh]
+    titles = {r["_id"]: {p["title"] for p in r["context_paragraphs"] if p["is_supporting"]} for r in rows}
+    runs = ROOT / "results" / "headline" / "hotpotqa"
+    k = _gold_hits(runs / "sr-rag", titles, "title")
+    assert 0 < k < 200
+    out = run_bench(
+        ROOT / "bench" / "bench_run_retrieval.py",
+        ["--dataset", "hotpotqa", str(runs / "sr-rag"), "--boot", "200"],
+        capsys,
+        monkeypatch,
+    )
+    assert f"all gold found {100 * k / 200:5.1f}% ({k}/200)" in out

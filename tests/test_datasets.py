@@ -70,6 +70,18 @@ def test_hotpotqa_unified_jsonl(data: Path) -> None:
     assert ex[0].answers == ["yes"]
     assert ex[0].meta["type"] == "comparison"
     assert ex[0].meta["supporting_titles"] == ["Scott Derrickson", "Ed Wood"]
+    # Rows 100-299 carry no supporting facts: their titles are those of the context paragraphs flagged
+    # is_supporting, which name the same two titles wherever a row has both.
+    assert all(len(e.meta["supporting_titles"]) == 2 for e in ex)
+    assert ex[100].meta["supporting_titles"] == ["Mascogos", "Black Seminoles"]
+    with (data / "hotpotqa/hotpot_dev_0_300_unified.jsonl").open(encoding="utf-8") as fh:
+        raw = [json.loads(line) for line in fh]
+    both = [(r, e) for r, e in zip(raw, ex, strict=True) if r.get("supporting_facts")]
+    assert len(both) >= 100
+    for r, e in both:
+        assert {p["title"] for p in r["context_paragraphs"] if p["is_supporting"]} == set(
+            e.meta["supporting_titles"]
+        )
     assert [e.meta["index"] for e in ex] == list(range(300))
     assert len({e.id for e in ex}) == 300
 

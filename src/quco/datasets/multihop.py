@@ -93,6 +93,16 @@ def _supporting_titles(value: Any) -> list[str]:
     return titles
 
 
+def _flagged_titles(paragraphs: Any) -> list[str]:
+    """Titles of the paragraphs flagged ``is_supporting`` (the IRCoT-processed layout of the context)."""
+    titles: list[str] = []
+    for para in paragraphs if isinstance(paragraphs, list) else []:
+        title = para.get("title") if isinstance(para, dict) and para.get("is_supporting") else None
+        if isinstance(title, str) and title not in titles:
+            titles.append(title)
+    return titles
+
+
 def load_hotpotqa(path: Path) -> list[Example]:
     """Official distractor/fullwiki JSON, the HF layout, the unified JSONL, or the IRCoT-processed JSONL."""
     records = read_records(path)
@@ -116,7 +126,7 @@ def load_hotpotqa(path: Path) -> list[Example]:
         for key in ("type", "level"):
             if d.get(key) is not None:
                 meta[key] = d[key]
-        titles = _supporting_titles(d.get("supporting_facts"))
+        titles = _supporting_titles(d.get("supporting_facts")) or _flagged_titles(d.get("context_paragraphs"))
         if titles:
             meta["supporting_titles"] = titles
         examples.append(Example(qid, question, golds, "span", meta, "hotpotqa"))
