@@ -88,7 +88,8 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
                              "quco-random", "dragin", "seakr"}  # fmt: skip
         for row, cmd in cmds.items():
             assert "--set generator.model=qwen2.5-1.5b-instruct" in cmd
-            assert "--offset 0 --limit " + ("50" if row == "seakr" else "200") in cmd
+            limit = {"seakr": "50", "dragin": "100"}.get(row, "200")
+            assert "--offset 0 --limit " + limit in cmd
             assert "--set generator.backend=llamacpp" in cmd and "generator.backend=hf" not in cmd
             # attention and hidden states come from the same model in transformers
             assert cmd.endswith("generator.analysis_backend=hf") == (row in ("dragin", "seakr"))
