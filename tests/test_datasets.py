@@ -100,6 +100,11 @@ def test_hotpotqa_official_hf_and_ircot_layouts_agree_with_unified(data: Path) -
     ircot = load_dataset(data / "hotpotqa/raw/ircot_dev_subsampled_devidx_0_300.jsonl")
     assert [e.id for e in ircot] == [e.id for e in unified]
     assert [e.answers[0] for e in ircot] == [e.answers[0] for e in unified]
+    # every layout names the same supporting titles (the IRCoT one by its paragraphs' is_supporting flags)
+    for layout in (official, hf, ircot):
+        assert [set(e.meta["supporting_titles"]) for e in layout] == [
+            set(e.meta["supporting_titles"]) for e in unified[: len(layout)]
+        ]
 
 
 def test_pubmedqa_keeps_all_three_labels(data: Path) -> None:

@@ -94,7 +94,7 @@ def _supporting_titles(value: Any) -> list[str]:
 
 
 def _flagged_titles(paragraphs: Any) -> list[str]:
-    """Titles of the paragraphs flagged ``is_supporting`` (the IRCoT-processed layout of the context)."""
+    """Titles of the context paragraphs flagged ``is_supporting`` (the IRCoT-processed layout)."""
     titles: list[str] = []
     for para in paragraphs if isinstance(paragraphs, list) else []:
         title = para.get("title") if isinstance(para, dict) and para.get("is_supporting") else None
@@ -126,7 +126,9 @@ def load_hotpotqa(path: Path) -> list[Example]:
         for key in ("type", "level"):
             if d.get(key) is not None:
                 meta[key] = d[key]
-        titles = _supporting_titles(d.get("supporting_facts")) or _flagged_titles(d.get("context_paragraphs"))
+        titles = _supporting_titles(d.get("supporting_facts")) or _flagged_titles(
+            d.get("context_paragraphs") or d.get("contexts")
+        )
         if titles:
             meta["supporting_titles"] = titles
         examples.append(Example(qid, question, golds, "span", meta, "hotpotqa"))
