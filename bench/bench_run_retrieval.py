@@ -59,9 +59,9 @@ def retrieved(record: dict) -> list[tuple[str, str]]:
     return [(p.id, p.title) for step in as_trace(record["trace"]).steps for p in step.retrieved]
 
 
-def gold_found(dataset: str, record: dict, gold_of: dict) -> tuple[int, int]:
-    """(gold passages found, gold passages) for one question; ``gold_of`` maps question ids to the gold."""
-    got = retrieved(record)
+def gold_found(dataset: str, record: dict, got: list[tuple[str, str]], gold_of: dict) -> tuple[int, int]:
+    """(gold passages found, gold passages) for one question whose trace retrieved ``got``; ``gold_of`` maps
+    question ids to the gold."""
     if dataset == "pubmedqa":
         own = gold_of.get(str(record["id"]))
         if own is None:
@@ -101,8 +101,9 @@ def main() -> None:
     first_all: list[float] | None = None
     for run, records in zip(runs, by_id, strict=True):
         rows = [records[i] for i in ids]
-        found = [gold_found(args.dataset, r, gold_of) for r in rows]
-        passages = [len(retrieved(r)) for r in rows]
+        got = [retrieved(r) for r in rows]
+        found = [gold_found(args.dataset, r, g, gold_of) for r, g in zip(rows, got, strict=True)]
+        passages = [len(g) for g in got]
         asked = sum(p > 0 for p in passages)
         every = [float(k == n) for k, n in found]
         recall = sum(k / n for k, n in found) / len(found)
