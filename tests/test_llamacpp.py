@@ -10,12 +10,15 @@ import math
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from quco.config import GeneratorConfig, PipelineConfig, load_config
 from quco.errors import CapabilityError, ConfigError
 from quco.llm import Capability, build_generator
+from quco.llm.base import Prompt
 from quco.llm.llamacpp import LlamaCppGenerator
 from quco.llm.models import default_gguf_path
 from quco.llm.openai_compat import OpenAICompatGenerator, approx_entropy
@@ -103,13 +106,60 @@ def test_stop_strings_sampling_and_capabilities(local: LlamaCppGenerator) -> Non
     a, b = local.generate(PROMPT, **kw), local.generate(PROMPT, **kw)
     assert [x.text for x in a] == [x.text for x in b] and len({x.text for x in a}) > 1
     assert {Capability.LOGPROBS, Capability.ENTROPY, Capability.SAMPLING} <= local.capabilities
-    assert Capability.ATTENTION not in local.capabilities
+    assert Capability.HIDDEN_STATES in local.capabilities and Capability.ATTENTION not in local.capabilities
     with pytest.raises(CapabilityError, match="attention.*'hf'"):
         local.analyze(PROMPT, attention_layer=0)
     analysis = local.analyze(PROMPT)
     assert "".join(analysis.tokens) == PROMPT and len(analysis.token_ids) == local.count_tokens(PROMPT) + 1
     with pytest.raises(ConfigError, match="is not a GGUF file"):
         build_generator(GeneratorConfig(backend="llamacpp", model="/nonexistent/model.bin"))
+
+
+def test_hidden_states_do_not_depend_on_reuse_or_order(local: LlamaCppGenerator) -> None:
+    """Hidden states read during llama.cpp's own pass: every position's row of a middle layer; the declared levels
+    (exemplars, then the prompt the samples share) are evaluated once and stand in exactly for their passes, so
+    the states equal those read with every saving off and in another order."""
+    exemplars = (
+        "Question: Who wrote Hamlet?\nAnswer: William Shakespeare wrote it. So the answer is Shakespeare.\n\n"
+        * 6
+    )
+    context = exemplars + "Question: Where is the Eiffel Tower?\nAnswer:"
+    samples = [" It is in Paris.", " The tower stands in Paris, France.", " Paris."]
+    layer = local.num_layers // 2
+    assert local.num_layers == 18
+
+    def read() -> list[tuple[np.ndarray, int | None, int]]:
+        out = []
+        for s in samples:
+            text = Prompt(context + s, shared=len(context), inner=(len(exemplars),))
+            a = local.analyze(text, hidden_layers=[layer])
+            out.append((a.hidden[layer], a.evaluated, len(a.token_ids)))
+        return out
+
+    local.clear_cache()
+    first = read()
+    n_context = local.count_tokens(context) + 1
+    assert all(rows.shape == (n, 640) and np.isfinite(rows).all() for rows, _, n in first)
+    assert first[0][1] == first[0][2]  # nothing kept yet: every token evaluated
+    assert all(evaluated == n - n_context for _, evaluated, n in first[1:])  # only the continuation
+    # the rows of the shared levels are kept with them: the same for every sample
+    assert all(np.array_equal(rows[:n_context], first[0][0][:n_context]) for rows, _, _ in first[1:])
+    local.reuse = False
+    try:
+        samples.reverse()
+        again = read()[::-1]
+        samples.reverse()
+    finally:
+        local.reuse = True
+    assert all(e == n for _, e, n in again)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(first, again, strict=True))
+    for bad in (0, 18, -1):
+        with pytest.raises(ConfigError, match="hidden layers 1..17"):
+            local.analyze(PROMPT, hidden_layers=[bad])
+    assert np.array_equal(
+        local.analyze(PROMPT, hidden_layers=[-2]).hidden[-2],
+        local.analyze(PROMPT, hidden_layers=[17]).hidden[17],
+    )
 
 
 def test_reproducible_mode_does_not_depend_on_earlier_prompts(local: LlamaCppGenerator) -> None:
@@ -271,6 +321,34 @@ def test_seakr_samples_on_llamacpp_and_reads_hidden_states_on_hf(
     assert c.prompt_tokens_evaluated["probe"] < c.prompt_tokens["probe"] / 2  # the prompt's pass is kept
     eig = [t for s in trace.steps for t in s.triggers if t.signal == "eigen_score" and t.scores]
     assert eig and all(math.isfinite(t.scores[0]) for t in eig), [s.triggers for s in trace.steps]
+
+
+def test_seakr_reads_hidden_states_on_llamacpp_as_transformers_does(
+    base_config: PipelineConfig, hotpot_dev: list[dict]
+) -> None:
+    """SeaKR on llama.cpp alone: the hidden states of its samples come from the generating model's own pass, and
+    they give the EigenScores that the same model in transformers gives (``analysis_backend=hf``)."""
+    params = {"samples": 3, "rerank": False, "final_stage": False}
+    gen_cfg = base_config.generator.model_copy(update={"backend": "llamacpp"})
+    cfg = base_config.model_copy(update={"method": "seakr", "params": params, "generator": gen_cfg})
+    pipe = Pipeline.from_config(cfg, progress=False)
+    assert pipe.parts.analyzer is None and pipe.method.layer == 9  # the middle of Gemma's 18 blocks
+    trace = pipe.answer(hotpot_dev[0]["question"])
+    c = trace.counters
+    assert c.llm_calls["sampler"] >= 3 and c.llm_calls["probe"] >= 3
+    assert c.prompt_tokens_evaluated["probe"] < c.prompt_tokens["probe"] / 2  # the prompt's pass is kept
+    hf_cfg = cfg.model_copy(update={"generator": gen_cfg.model_copy(update={"analysis_backend": "hf"})})
+    hf_trace = Pipeline.from_config(hf_cfg, progress=False).answer(hotpot_dev[0]["question"])
+
+    def eigen(t: Any) -> list[float]:
+        return [x.scores[0] for s in t.steps for x in s.triggers if x.signal == "eigen_score" and x.scores]
+
+    mine, theirs = eigen(trace), eigen(hf_trace)
+    assert mine and all(math.isfinite(x) for x in mine)
+    # the same samples (llama.cpp draws them either way), read by two engines: scores agree to a few percent
+    first = min(len(mine), len(theirs))
+    assert first >= 1 and mine[:first] == pytest.approx(theirs[:first], rel=0.05), (mine, theirs)
+    print(f"\nSeaKR EigenScores, llama.cpp states {mine} vs transformers {theirs}")
 
 
 def _assert_close(a: object, b: object, path: str = "steps") -> None:

@@ -35,8 +35,17 @@ from quco.llm.base import (
     Sample,
     prompt_budget,
     shared_chars,
+    shared_levels,
 )
-from quco.llm.batching import SharedPrefixTokens, batch_ends, common_prefix, keep_recent, reusable
+from quco.llm.batching import (
+    MIN_SHARED_TOKENS,
+    SharedPrefixTokens,
+    batch_ends,
+    common_prefix,
+    keep_recent,
+    reusable,
+)
+from quco.llm.llamacpp_hidden import HiddenStateReader, block_of
 from quco.llm.models import default_gguf_path, named_gguf
 from quco.machine import usable_cores
 
@@ -129,9 +138,17 @@ class LlamaCppGenerator(GeneratorBase):
     """A GGUF model in this process through llama-cpp-python: text, logprobs, exact entropy, sampling."""
 
     name = "llamacpp"
-    capabilities = frozenset({Capability.TEXT, Capability.LOGPROBS, Capability.ENTROPY, Capability.SAMPLING})
+    capabilities = frozenset(
+        {
+            Capability.TEXT,
+            Capability.LOGPROBS,
+            Capability.ENTROPY,
+            Capability.SAMPLING,
+            Capability.HIDDEN_STATES,
+        }
+    )
     _copy_changes = {"prompt_tokens_evaluated": 0}  # a greedy copy costs no prompt evaluation
-    analyses = frozenset({"tokens"})
+    analyses = frozenset({"tokens", "hidden states"})
 
     def __init__(
         self,
@@ -165,6 +182,9 @@ class LlamaCppGenerator(GeneratorBase):
         )  # shared prefix text -> its tokens
         self._lock = threading.Lock()  # one decode at a time: the context and its KV cache are not re-entrant
         self._llama_cpp = _import_llama_cpp()
+        self._hidden: HiddenStateReader | None = (
+            None  # a second context, made when states are first asked for
+        )
 
     @classmethod
     def from_config(cls, config: GeneratorConfig) -> LlamaCppGenerator:
@@ -212,6 +232,8 @@ class LlamaCppGenerator(GeneratorBase):
             self._ends, self._key = [], None
             self.llama.n_tokens = 0
             self.llama._ctx.kv_cache_clear()
+            if self._hidden is not None:
+                self._hidden.forget()
 
     # ----------------------------------------------------------------------------------------------------------
     def count_tokens(self, text: str) -> int:
@@ -400,17 +422,50 @@ class LlamaCppGenerator(GeneratorBase):
         return self.llama.detokenize([token]).decode("utf-8", errors="replace")
 
     # ----------------------------------------------------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        """Transformer blocks of the model."""
+        return int(self._llama_cpp.llama_model_n_layer(self.llama._model.model))
+
     def _analyze(
         self, text: str, attention_layer: int | None, hidden_layers: tuple[int, ...], scores: bool
     ) -> Analysis:
-        """Tokens of ``text``; llama.cpp exposes no attention or hidden states, and scoring is not offered."""
-        ids = self.llama.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+        """Tokens of ``text`` and, if asked, the hidden states of middle layers (``quco.llm.llamacpp_hidden``);
+        llama.cpp exposes no attention, and scoring is not offered."""
+        if not hidden_layers:
+            ids = self.llama.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+            return Analysis(token_ids=ids, tokens=self._pieces(ids))
+        n_layers = self.num_layers
+        blocks = {layer: block_of(layer, n_layers) for layer in hidden_layers}
+        ids, truncated = self._encode(text, self.max_context_tokens)
+        if truncated:
+            logger.warning("Text to analyze left-truncated to its last %d tokens", len(ids))
+        with self._lock:
+            cuts = []
+            if self.shared_prefix and not truncated:
+                counted = {self._prefix_ids.count(text, chars, ids) for chars in shared_levels(text)}
+                cuts = [c for c in counted if MIN_SHARED_TOKENS <= c < len(ids)]
+            if self._hidden is None:
+                self._hidden = HiddenStateReader(
+                    self.llama,
+                    self._llama_cpp,
+                    chunk=min(self.chunk, self.llama.n_batch),
+                    keep=self.prefix_states,
+                )
+            self._hidden.reuse = self.reuse
+            rows, evaluated = self._hidden.read(ids, cuts, list(blocks.values()))
+        hidden = {layer: rows[block] for layer, block in blocks.items()}
+        return Analysis(token_ids=ids, tokens=self._pieces(ids), hidden=hidden, evaluated=evaluated)
+
+    def _pieces(self, ids: list[int]) -> list[str]:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        pieces = [decoder.decode(self.llama.detokenize([t])) for t in ids]
-        return Analysis(token_ids=ids, tokens=pieces)
+        return [decoder.decode(self.llama.detokenize([t])) for t in ids]
 
     def close(self) -> None:
         with self._lock:
+            if self._hidden is not None:
+                self._hidden.close()
+                self._hidden = None
             self.llama.close()
 
 

@@ -1,0 +1,190 @@
+"""Hidden states of a llama.cpp model, read during its own forward pass (the ``llamacpp`` backend's analysis).
+
+llama.cpp names every block's output in its compute graph (``l_out-<block>``); a graph callback set on a
+second context of the same model copies the rows of the blocks asked for while a text is evaluated. The
+generating context is never touched, so reading states does not disturb the prompt state generation reuses.
+
+Layers are numbered as in transformers' ``hidden_states``: layer ``L`` is the output of block ``L`` (1-based),
+so hidden layer ``L`` is llama.cpp's ``l_out-(L-1)``. Layer 0 (the embeddings) and the last layer are not
+offered: llama.cpp's last block keeps only the rows whose logits are wanted, and transformers' last state is
+also normed.
+
+Like generation (``quco.llm.batching``), the states depend on nothing but the text: a text's declared shared
+levels (``Prompt.inner`` and ``Prompt.shared``: the exemplars, then the prompt that sampled continuations
+share) are evaluated level by level, each in batches of ``chunk`` tokens from the level's start over the
+state of the level before it, and every level's state is saved and restored before the next level runs,
+whether it was computed now or kept from an earlier text. A kept level therefore stands in for its passes
+exactly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from quco.errors import ConfigError, QucoError
+from quco.llm.batching import keep_recent
+
+
+class HiddenStateError(QucoError):
+    """llama.cpp could not evaluate a text or did not produce the states asked for."""
+
+
+def block_of(layer: int, n_layers: int) -> int:
+    """The llama.cpp block whose output is hidden layer ``layer`` (negative counts from the end, as in hf)."""
+    index = layer + n_layers + 1 if layer < 0 else layer
+    if not 1 <= index <= n_layers - 1:
+        raise ConfigError(
+            f"the 'llamacpp' backend reads hidden layers 1..{n_layers - 1} of this {n_layers}-layer model "
+            f"(or -{n_layers}..-2), not {layer}; use the 'hf' backend for the embeddings or the last layer"
+        )
+    return index - 1
+
+
+def _ggml(llama_cpp: Any) -> Any:
+    """ggml's tensor accessors, from the library llama-cpp-python ships."""
+    from llama_cpp import _ctypes_extensions
+
+    lib = _ctypes_extensions.load_shared_library("ggml-base", Path(llama_cpp.__file__).parent / "lib")
+    lib.ggml_get_name.restype, lib.ggml_get_name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+    lib.ggml_nelements.restype, lib.ggml_nelements.argtypes = ctypes.c_int64, [ctypes.c_void_p]
+    lib.ggml_get_data_f32.restype = ctypes.POINTER(ctypes.c_float)
+    lib.ggml_get_data_f32.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+class HiddenStateReader:
+    """Evaluates texts in a context of its own and returns the rows of the blocks asked for.
+
+    ``keep`` levels (their saved state and rows) are kept, least recently used dropped first; with ``reuse``
+    off they are still computed and saved the same way, but never stand in for a pass.
+    """
+
+    def __init__(self, llama: Any, llama_cpp: Any, *, chunk: int, keep: int = 4) -> None:
+        from llama_cpp import _internals
+
+        self._llama_cpp = llama_cpp
+        self._ggml = _ggml(llama_cpp)
+        self.n_embd = int(llama_cpp.llama_model_n_embd(llama._model.model))
+        self.chunk = chunk
+        self.keep = keep
+        self.reuse = True
+        self._wanted: dict[bytes, int] = {}  # tensor name -> block, while a batch runs
+        self._rows: dict[int, list[np.ndarray]] = {}  # block -> rows captured, batch after batch
+        self._callback = llama_cpp.ggml_backend_sched_eval_callback(self._on_tensor)  # kept alive with self
+        params = type(llama.context_params).from_buffer_copy(llama.context_params)
+        params.cb_eval = self._callback
+        params.cb_eval_user_data = None
+        try:
+            self._ctx = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
+        except ValueError as exc:
+            raise HiddenStateError(f"llama.cpp could not create a context for hidden states: {exc}") from exc
+        self._batch = _internals.LlamaBatch(n_tokens=max(chunk, 1), embd=0, n_seq_max=1, verbose=False)
+        self._levels: OrderedDict[tuple[Any, ...], tuple[bytes, dict[int, np.ndarray]]] = OrderedDict()
+
+    # -- the graph callback ---------------------------------------------------------------------------
+    def _on_tensor(self, tensor: int, ask: bool, _user_data: int) -> bool:
+        name = self._ggml.ggml_get_name(tensor)
+        block = self._wanted.get(name)
+        if block is None:
+            return False
+        if ask:
+            return True
+        n = int(self._ggml.ggml_nelements(tensor))
+        data = np.ctypeslib.as_array(self._ggml.ggml_get_data_f32(tensor), shape=(n,))
+        self._rows[block].append(data.reshape(n // self.n_embd, self.n_embd).copy())
+        return True
+
+    # -- evaluation -----------------------------------------------------------------------------------
+    def read(
+        self, ids: Sequence[int], cuts: Sequence[int], blocks: Sequence[int]
+    ) -> tuple[dict[int, np.ndarray], int]:
+        """Rows of ``blocks`` for every position of ``ids`` (block -> [len(ids), n_embd]) and the tokens
+        evaluated; ``cuts`` are the token ends of the text's shared levels, shortest first."""
+        ids = list(ids)
+        cuts = sorted(c for c in set(cuts) if 0 < c < len(ids))
+        blocks = tuple(sorted(set(blocks)))
+        keys = [(blocks, tuple(ids[:cut])) for cut in cuts]
+        found = (
+            max((i for i, key in enumerate(keys) if key in self._levels), default=-1) if self.reuse else -1
+        )
+        kept: dict[int, np.ndarray] = {b: np.zeros((0, self.n_embd), np.float32) for b in blocks}
+        start = evaluated = 0
+        if found >= 0:
+            self._levels.move_to_end(keys[found])
+            state, kept = self._levels[keys[found]]
+            start = cuts[found]
+            self._restore(state)
+        else:
+            self._ctx.kv_cache_clear()
+        for cut, key in zip(cuts[found + 1 :], keys[found + 1 :], strict=True):
+            part = self._run(ids, start, cut, blocks)
+            kept = {b: np.concatenate([kept[b], part[b]]) for b in blocks}
+            evaluated, start = evaluated + cut - start, cut
+            state = self._save()
+            keep_recent(self._levels, key, (state, kept), max(self.keep, 1))
+            self._restore(state)  # every level goes through a restore, computed now or kept
+        part = self._run(ids, start, len(ids), blocks)
+        hidden = {b: np.concatenate([kept[b], part[b]]) for b in blocks}
+        return hidden, evaluated + len(ids) - start
+
+    def _run(self, ids: list[int], start: int, end: int, blocks: tuple[int, ...]) -> dict[int, np.ndarray]:
+        """Evaluate ``ids[start:end]`` over the state of the first ``start`` tokens, in batches of ``chunk``."""
+        self._wanted = {f"l_out-{b}".encode(): b for b in blocks}
+        self._rows = {b: [] for b in blocks}
+        try:
+            pos = start
+            while pos < end:
+                piece = ids[pos : min(pos + self.chunk, end)]
+                self._batch.set_batch(piece, n_past=pos, logits_all=False)
+                try:
+                    self._ctx.decode(self._batch)
+                except RuntimeError as exc:
+                    raise HiddenStateError(f"llama.cpp could not evaluate the text: {exc}") from exc
+                pos += len(piece)
+            rows = {
+                b: np.concatenate(r) if r else np.zeros((0, self.n_embd), np.float32)
+                for b, r in self._rows.items()
+            }
+        finally:
+            self._wanted, self._rows = {}, {}
+        for b, r in rows.items():
+            if len(r) != end - start:
+                raise HiddenStateError(
+                    f"llama.cpp produced {len(r)} rows of block {b} for {end - start} tokens: this model's graph "
+                    "does not name its block outputs 'l_out-<block>'; read hidden states with the 'hf' backend"
+                )
+        return rows
+
+    def _save(self) -> bytes:
+        llama_cpp, ctx = self._llama_cpp, self._ctx.ctx
+        size = llama_cpp.llama_state_seq_get_size(ctx, 0)
+        buf = (ctypes.c_uint8 * size)()
+        n = llama_cpp.llama_state_seq_get_data(ctx, buf, size, 0)
+        if n <= 0:
+            raise HiddenStateError("llama.cpp could not save a level's state")
+        return bytes(buf)[:n]
+
+    def _restore(self, state: bytes) -> None:
+        self._ctx.kv_cache_clear()
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if self._llama_cpp.llama_state_seq_set_data(self._ctx.ctx, buf, len(state), 0) == 0:
+            raise HiddenStateError("llama.cpp could not restore a level's state")
+
+    def forget(self) -> None:
+        """Drop every kept level."""
+        self._levels.clear()
+        self._ctx.kv_cache_clear()
+
+    def close(self) -> None:
+        self._levels.clear()
+        self._batch.close()
+        self._ctx.close()
+
+
+__all__ = ["HiddenStateError", "HiddenStateReader", "block_of"]
