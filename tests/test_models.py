@@ -247,7 +247,7 @@ def test_eval_configs_run_every_method_on_the_evaluation_model() -> None:
             cfg = load_config(path)
             method_class(cfg.method)(cfg.params)  # parameters valid for the method
             assert cfg.generator.model == "qwen2.5-1.5b-instruct", path
-            assert cfg.generator.backend == ("hf" if name in ("dragin", "seakr") else "llamacpp"), path
+            assert cfg.generator.backend == ("hf" if name == "dragin" else "llamacpp"), path
             assert infer_dataset(cfg, path) == dataset
 
 

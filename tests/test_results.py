@@ -91,8 +91,8 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
             limit = {"seakr": "50", "dragin": "100"}.get(row, "200")
             assert "--offset 0 --limit " + limit in cmd
             assert "--set generator.backend=llamacpp" in cmd and "generator.backend=hf" not in cmd
-            # attention and hidden states come from the same model in transformers
-            assert cmd.endswith("generator.analysis_backend=hf") == (row in ("dragin", "seakr"))
+            # DRAGIN's attention comes from the same model in transformers; SeaKR's hidden states from llama.cpp
+            assert cmd.endswith("generator.analysis_backend=hf") == (row == "dragin")
             assert "haystack" in cmd or "configs/world/" in cmd
         assert f"params.match_run=results/headline/{ds}/quco" in cmds["quco-random"]
         assert "text.entity_extractor=llm" in cmds["quco-llm"]
