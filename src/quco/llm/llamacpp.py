@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import codecs
 import contextlib
-import ctypes
 import logging
 import os
 import threading
@@ -46,6 +45,7 @@ from quco.llm.batching import (
     reusable,
 )
 from quco.llm.llamacpp_hidden import HiddenStateReader, block_of
+from quco.llm.llamacpp_state import restore_sequence, save_sequence
 from quco.llm.models import default_gguf_path, named_gguf
 from quco.machine import usable_cores
 
@@ -401,19 +401,14 @@ class LlamaCppGenerator(GeneratorBase):
 
     def _save(self) -> bytes:
         """The state of the sequence the context holds (the shared prefix)."""
-        llama_cpp, ctx = self._llama_cpp, self.llama._ctx.ctx
-        size = llama_cpp.llama_state_seq_get_size(ctx, 0)
-        buf = (ctypes.c_uint8 * size)()
-        n = llama_cpp.llama_state_seq_get_data(ctx, buf, size, 0)
-        if n <= 0:
+        state = save_sequence(self._llama_cpp, self.llama._ctx)
+        if state is None:
             raise LlamaCppError("llama.cpp could not save a prompt state")
-        return bytes(buf)[:n]
+        return state
 
     def _restore(self, state: bytes, key: tuple[int, ...]) -> None:
-        llama, llama_cpp = self.llama, self._llama_cpp
-        llama._ctx.kv_cache_clear()  # the restored cells then start at the first cell, as always
-        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        if llama_cpp.llama_state_seq_set_data(llama._ctx.ctx, buf, len(state), 0) == 0:
+        llama = self.llama
+        if not restore_sequence(self._llama_cpp, llama._ctx, state):
             raise LlamaCppError("llama.cpp could not restore a saved prompt state")
         llama.input_ids[: len(key)] = key
         llama.n_tokens = len(key)

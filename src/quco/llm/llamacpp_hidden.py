@@ -29,6 +29,7 @@ import numpy as np
 
 from quco.errors import ConfigError, QucoError
 from quco.llm.batching import keep_recent
+from quco.llm.llamacpp_state import restore_sequence, save_sequence
 
 
 class HiddenStateError(QucoError):
@@ -162,18 +163,13 @@ class HiddenStateReader:
         return rows
 
     def _save(self) -> bytes:
-        llama_cpp, ctx = self._llama_cpp, self._ctx.ctx
-        size = llama_cpp.llama_state_seq_get_size(ctx, 0)
-        buf = (ctypes.c_uint8 * size)()
-        n = llama_cpp.llama_state_seq_get_data(ctx, buf, size, 0)
-        if n <= 0:
+        state = save_sequence(self._llama_cpp, self._ctx)
+        if state is None:
             raise HiddenStateError("llama.cpp could not save a level's state")
-        return bytes(buf)[:n]
+        return state
 
     def _restore(self, state: bytes) -> None:
-        self._ctx.kv_cache_clear()
-        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        if self._llama_cpp.llama_state_seq_set_data(self._ctx.ctx, buf, len(state), 0) == 0:
+        if not restore_sequence(self._llama_cpp, self._ctx, state):
             raise HiddenStateError("llama.cpp could not restore a level's state")
 
     def forget(self) -> None:
