@@ -210,8 +210,13 @@ def test_capabilities_are_honest(gen: OpenAICompatGenerator) -> None:
     assert not {Capability.ENTROPY, Capability.ATTENTION, Capability.HIDDEN_STATES} & gen.capabilities
     with pytest.raises(CapabilityError, match="'attention'.*'hf'"):
         require(gen, [Capability.ATTENTION], "method 'dragin'")
-    with pytest.raises(CapabilityError, match="attention"):
+    with pytest.raises(CapabilityError, match="attention.*use the 'hf' backend$"):
         gen.analyze(PROMPT, attention_layer=-1)
+    # hidden states: an in-process backend of either kind
+    with pytest.raises(CapabilityError, match="'hidden_states'.*'hf' \\(transformers\\) or 'llamacpp'"):
+        require(gen, [Capability.HIDDEN_STATES], "method 'seakr'")
+    with pytest.raises(CapabilityError, match="hidden states.*'hf' or 'llamacpp' backend$"):
+        gen.analyze(PROMPT, hidden_layers=[1])
     no_top = OpenAICompatGenerator(gen.base_url, "gemma3-270m", top_logprobs=0)
     assert Capability.ENTROPY_APPROX not in no_top.capabilities
     with pytest.raises(CapabilityError, match="top_logprobs"):

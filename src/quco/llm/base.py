@@ -33,10 +33,10 @@ ANALYSIS_CAPABILITIES = frozenset({Capability.ATTENTION, Capability.HIDDEN_STATE
 CAPABILITY_PROVIDERS: dict[Capability, str] = {
     Capability.TEXT: "any backend",
     Capability.LOGPROBS: "the 'hf' (transformers) backend, llama.cpp, or an OpenAI-compatible server with logprobs",
-    Capability.ENTROPY: "the 'hf' (transformers) backend",
+    Capability.ENTROPY: "the 'hf' (transformers) or 'llamacpp' backend",
     Capability.ENTROPY_APPROX: "an OpenAI-compatible server with top_logprobs",
     Capability.ATTENTION: "the 'hf' (transformers) backend",
-    Capability.HIDDEN_STATES: "the 'hf' (transformers) backend",
+    Capability.HIDDEN_STATES: "the 'hf' (transformers) or 'llamacpp' backend",
     Capability.SAMPLING: "any backend that samples (hf, llama.cpp, OpenAI-compatible)",
 }
 
@@ -370,9 +370,9 @@ class GeneratorBase:
         ] or ["tokens"]
         missing = [what for what in asked if what not in self.analyses]
         if missing:
+            where = "the 'hf' or 'llamacpp' backend" if missing[0] == "hidden states" else "the 'hf' backend"
             raise CapabilityError(
-                f"the '{self.name}' generator backend cannot provide {missing[0]} of a forward pass; "
-                "use the 'hf' backend"
+                f"the '{self.name}' generator backend cannot provide {missing[0]} of a forward pass; use {where}"
             )
         return self._analyze(text, attention_layer, tuple(hidden_layers), scores)
 
