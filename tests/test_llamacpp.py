@@ -18,7 +18,7 @@ import pytest
 from quco.config import GeneratorConfig, PipelineConfig, load_config
 from quco.errors import CapabilityError, ConfigError
 from quco.llm import Capability, build_generator
-from quco.llm.base import Prompt
+from quco.llm.base import Prompt, shared_levels
 from quco.llm.llamacpp import LlamaCppGenerator
 from quco.llm.models import default_gguf_path
 from quco.llm.openai_compat import OpenAICompatGenerator, approx_entropy
@@ -160,6 +160,44 @@ def test_hidden_states_do_not_depend_on_reuse_or_order(local: LlamaCppGenerator)
         local.analyze(PROMPT, hidden_layers=[-2]).hidden[-2],
         local.analyze(PROMPT, hidden_layers=[17]).hidden[17],
     )
+
+
+def test_hidden_states_of_samples_start_from_the_sampled_prompt_exactly(local: LlamaCppGenerator) -> None:
+    """SeaKR's pattern: continuations sampled from a prompt, then the last state of prompt + continuation. The
+    generating context hands its evaluated prompt state over, so a ``last_only`` read evaluates only the
+    continuation, and gives bit-for-bit the state that evaluating every level anew gives."""
+    exemplars = (
+        "Question: Who wrote Hamlet?\nAnswer: William Shakespeare wrote it. So the answer is Shakespeare.\n\n"
+        * 6
+    )
+    prompt = Prompt(exemplars + "Question: Where is the Louvre?\nAnswer:", shared=len(exemplars))
+    layer = 9
+    local.analyze(PROMPT, hidden_layers=[layer])  # the reader exists from the first read on
+    samples = [g.text for g in local.generate(prompt, max_new_tokens=12, n=3, temperature=1.0, seed=5)]
+    n_prompt = local.count_tokens(prompt) + 1
+
+    def read() -> list[tuple[np.ndarray, int | None, int]]:
+        out = []
+        for s in samples:
+            text = Prompt(prompt + s, shared=len(prompt), inner=shared_levels(prompt))
+            a = local.analyze(text, hidden_layers=[layer], last_only=True)
+            out.append((a.hidden[layer], a.evaluated, len(a.token_ids)))
+        return out
+
+    handed = read()
+    assert all(rows.shape == (1, 640) for rows, _, _ in handed)
+    assert [e for _, e, _ in handed] == [n - n_prompt for _, _, n in handed]  # only the continuations
+    local.reuse = False
+    try:
+        anew = read()
+    finally:
+        local.reuse = True
+    assert [e for _, e, _ in anew] == [n for _, _, n in anew]
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(handed, anew, strict=True))
+    full = local.analyze(
+        Prompt(prompt + samples[0], shared=len(prompt), inner=shared_levels(prompt)), hidden_layers=[layer]
+    )
+    assert np.array_equal(full.hidden[layer][-1:], handed[0][0])
 
 
 def test_reproducible_mode_does_not_depend_on_earlier_prompts(local: LlamaCppGenerator) -> None:

@@ -98,7 +98,7 @@ class Analysis:
     token_ids: list[int]
     tokens: list[str]
     attention: np.ndarray | None = None  # [seq, seq], one layer, mean over heads
-    hidden: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> [seq, dim]
+    hidden: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> [seq, dim]; [1, dim]: last_only
     logprobs: list[float] | None = None  # log p(token_i | prefix) for i >= 1 (index 0 is 0.0)
     entropies: list[float] | None = None  # entropy of the distribution that predicted token i
     evaluated: int | None = None  # tokens run through the model (None: all; fewer when a cache stood in)
@@ -143,6 +143,7 @@ class Generator(Protocol):
         attention_layer: int | None = None,
         hidden_layers: Sequence[int] = (),
         scores: bool = False,
+        last_only: bool = False,
     ) -> Analysis: ...
 
 
@@ -357,8 +358,12 @@ class GeneratorBase:
         attention_layer: int | None = None,
         hidden_layers: Sequence[int] = (),
         scores: bool = False,
+        last_only: bool = False,
     ) -> Analysis:
-        """A forward pass over ``text``; what the backend cannot provide is a ``CapabilityError``."""
+        """A forward pass over ``text``; what the backend cannot provide is a ``CapabilityError``.
+
+        ``last_only``: the hidden states of the last position only (rows ``[1, dim]``), which a backend may read
+        without the rows of a prefix whose evaluated state it already holds."""
         asked = [
             what
             for what, wanted in (
@@ -374,9 +379,17 @@ class GeneratorBase:
             raise CapabilityError(
                 f"the '{self.name}' generator backend cannot provide {missing[0]} of a forward pass; use {where}"
             )
-        return self._analyze(text, attention_layer, tuple(hidden_layers), scores)
+        analysis = self._analyze(text, attention_layer, tuple(hidden_layers), scores, last_only)
+        if last_only:
+            analysis.hidden = {layer: rows[-1:] for layer, rows in analysis.hidden.items()}
+        return analysis
 
     def _analyze(
-        self, text: str, attention_layer: int | None, hidden_layers: tuple[int, ...], scores: bool
+        self,
+        text: str,
+        attention_layer: int | None,
+        hidden_layers: tuple[int, ...],
+        scores: bool,
+        last_only: bool = False,
     ) -> Analysis:
         raise NotImplementedError

@@ -576,7 +576,12 @@ class HFGenerator(GeneratorBase):
     # ----------------------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def _analyze(
-        self, text: str, attention_layer: int | None, hidden_layers: tuple[int, ...], scores: bool
+        self,
+        text: str,
+        attention_layer: int | None,
+        hidden_layers: tuple[int, ...],
+        scores: bool,
+        last_only: bool = False,
     ) -> Analysis:
         """One forward pass over ``text``: its tokens and the attention / hidden states / scores asked for.
 

@@ -298,6 +298,11 @@ class LlamaCppGenerator(GeneratorBase):
             except BaseException:
                 self._ends, self._key = [], None  # a half-evaluated prompt is never reused
                 raise
+            if self._hidden is not None and self.reuse:
+                # hidden states of continuations of this prompt (SeaKR's samples) can start from its state
+                state = save_sequence(self._llama_cpp, self.llama._ctx)
+                if state is not None:
+                    self._hidden.offer(len(self._key or ()), ids, state)
             feed, reset = [], False  # the prompt is evaluated: sample from its last batch's scores
         for token in self.llama.generate(
             feed,
@@ -423,7 +428,12 @@ class LlamaCppGenerator(GeneratorBase):
         return int(self._llama_cpp.llama_model_n_layer(self.llama._model.model))
 
     def _analyze(
-        self, text: str, attention_layer: int | None, hidden_layers: tuple[int, ...], scores: bool
+        self,
+        text: str,
+        attention_layer: int | None,
+        hidden_layers: tuple[int, ...],
+        scores: bool,
+        last_only: bool = False,
     ) -> Analysis:
         """Tokens of ``text`` and, if asked, the hidden states of middle layers (``quco.llm.llamacpp_hidden``);
         llama.cpp exposes no attention, and scoring is not offered."""
@@ -448,7 +458,7 @@ class LlamaCppGenerator(GeneratorBase):
                     keep=self.prefix_states,
                 )
             self._hidden.reuse = self.reuse
-            rows, evaluated = self._hidden.read(ids, cuts, list(blocks.values()))
+            rows, evaluated = self._hidden.read(ids, cuts, list(blocks.values()), last_only=last_only)
         hidden = {layer: rows[block] for layer, block in blocks.items()}
         return Analysis(token_ids=ids, tokens=self._pieces(ids), hidden=hidden, evaluated=evaluated)
 

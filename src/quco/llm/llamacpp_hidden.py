@@ -14,7 +14,9 @@ levels (``Prompt.inner`` and ``Prompt.shared``: the exemplars, then the prompt t
 share) are evaluated level by level, each in batches of ``chunk`` tokens from the level's start over the
 state of the level before it, and every level's state is saved and restored before the next level runs,
 whether it was computed now or kept from an earlier text. A kept level therefore stands in for its passes
-exactly.
+exactly. The generating context evaluates a prompt by the same rule (its shared prefix, then the rest), so when
+it has just evaluated the prompt a text's levels end with, it hands that state over (``offer``) and a read of
+the last position's states (``last_only``, SeaKR's) evaluates only the continuation.
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ class HiddenStateReader:
             raise HiddenStateError(f"llama.cpp could not create a context for hidden states: {exc}") from exc
         self._batch = _internals.LlamaBatch(n_tokens=max(chunk, 1), embd=0, n_seq_max=1, verbose=False)
         self._levels: OrderedDict[tuple[Any, ...], tuple[bytes, dict[int, np.ndarray]]] = OrderedDict()
+        # prompt states the generating context evaluated by the same rule, by (inner split, tokens)
+        self._offered: OrderedDict[tuple[int, tuple[int, ...]], bytes] = OrderedDict()
 
     # -- the graph callback ---------------------------------------------------------------------------
     def _on_tensor(self, tensor: int, ask: bool, _user_data: int) -> bool:
@@ -102,14 +106,27 @@ class HiddenStateReader:
         return True
 
     # -- evaluation -----------------------------------------------------------------------------------
+    def offer(self, split: int, ids: Sequence[int], state: bytes) -> None:
+        """A prompt state the generating context has just evaluated: its first ``split`` tokens (the shared
+        prefix; 0 if none) in batches from position 0, saved and restored, then the rest in batches from there,
+        which is how this reader evaluates the levels (``split``, ``len(ids)``). A later ``last_only`` read of a
+        text with exactly those levels starts from it instead of evaluating them again."""
+        keep_recent(self._offered, (split, tuple(ids)), state, 2)
+
     def read(
-        self, ids: Sequence[int], cuts: Sequence[int], blocks: Sequence[int]
+        self, ids: Sequence[int], cuts: Sequence[int], blocks: Sequence[int], last_only: bool = False
     ) -> tuple[dict[int, np.ndarray], int]:
-        """Rows of ``blocks`` for every position of ``ids`` (block -> [len(ids), n_embd]) and the tokens
-        evaluated; ``cuts`` are the token ends of the text's shared levels, shortest first."""
+        """Rows of ``blocks`` for every position of ``ids`` (block -> [len(ids), n_embd]; with ``last_only`` at
+        least the last position's) and the tokens evaluated; ``cuts`` are the token ends of the text's shared
+        levels, shortest first."""
         ids = list(ids)
         cuts = sorted(c for c in set(cuts) if 0 < c < len(ids))
         blocks = tuple(sorted(set(blocks)))
+        if last_only and self.reuse and 1 <= len(cuts) <= 2:
+            offered = self._offered.get((cuts[0] if len(cuts) == 2 else 0, tuple(ids[: cuts[-1]])))
+            if offered is not None:  # the same state this reader's own passes would restore
+                self._restore(offered)
+                return self._run(ids, cuts[-1], len(ids), blocks), len(ids) - cuts[-1]
         keys = [(blocks, tuple(ids[:cut])) for cut in cuts]
         found = (
             max((i for i, key in enumerate(keys) if key in self._levels), default=-1) if self.reuse else -1
@@ -173,12 +190,14 @@ class HiddenStateReader:
             raise HiddenStateError("llama.cpp could not restore a level's state")
 
     def forget(self) -> None:
-        """Drop every kept level."""
+        """Drop every kept level and offered state."""
         self._levels.clear()
+        self._offered.clear()
         self._ctx.kv_cache_clear()
 
     def close(self) -> None:
         self._levels.clear()
+        self._offered.clear()
         self._batch.close()
         self._ctx.close()
 

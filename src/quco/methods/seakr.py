@@ -168,7 +168,7 @@ class SeaKR(Method):
             # every sample continues the same context, whose exemplars other prompts share: a backend may
             # evaluate each once (``Prompt.shared`` and ``inner``)
             text = Prompt(context + s, shared=len(context), inner=shared_levels(context))
-            analysis = ctx.analyze(text, hidden_layers=[self.layer])
+            analysis = ctx.analyze(text, hidden_layers=[self.layer], last_only=True)
             states.append(analysis.hidden[self.layer][-1])
         return eigen_score(np.stack(states), p.alpha), [s.strip() for s in steps]
 
