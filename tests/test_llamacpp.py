@@ -106,9 +106,14 @@ def test_stop_strings_sampling_and_capabilities(local: LlamaCppGenerator) -> Non
     a, b = local.generate(PROMPT, **kw), local.generate(PROMPT, **kw)
     assert [x.text for x in a] == [x.text for x in b] and len({x.text for x in a}) > 1
     assert {Capability.LOGPROBS, Capability.ENTROPY, Capability.SAMPLING} <= local.capabilities
-    assert Capability.HIDDEN_STATES in local.capabilities and Capability.ATTENTION not in local.capabilities
-    with pytest.raises(CapabilityError, match="attention.*'hf'"):
-        local.analyze(PROMPT, attention_layer=0)
+    assert {Capability.HIDDEN_STATES, Capability.ATTENTION} <= local.capabilities
+    att = local.analyze(PROMPT, attention_layer=0).attention
+    n = local.count_tokens(PROMPT) + 1
+    assert att.shape == (n, n) and np.allclose(att.sum(1), 1, atol=1e-5) and not np.triu(att, 1).any()
+    with pytest.raises(ConfigError, match="attention_layer 18 is out of range"):
+        local.analyze(PROMPT, attention_layer=18)
+    with pytest.raises(CapabilityError, match="scores.*'hf'"):
+        local.analyze(PROMPT, scores=True)
     analysis = local.analyze(PROMPT)
     assert "".join(analysis.tokens) == PROMPT and len(analysis.token_ids) == local.count_tokens(PROMPT) + 1
     with pytest.raises(ConfigError, match="is not a GGUF file"):
@@ -321,26 +326,40 @@ def test_decisions_match_between_in_process_and_server(
         print(f"\n{method}: {[s.decision for s in a.steps]} -> {a.prediction!r} (both backends)")
 
 
-def test_dragin_generates_on_llamacpp_and_reads_attention_on_hf(
+def test_dragin_reads_attention_on_llamacpp_as_on_transformers(
     base_config: PipelineConfig, hotpot_dev: list[dict]
 ) -> None:
-    """``generator.analysis_backend``: DRAGIN generates through llama.cpp (its token entropies) and re-reads its
-    text for attention through transformers, the same model loaded a second time; without it, llama.cpp alone
-    is refused for lack of attention."""
-    gen_cfg = base_config.generator.model_copy(update={"backend": "llamacpp", "analysis_backend": "hf"})
+    """DRAGIN on llama.cpp alone (generation, token entropies and the attention of its re-reads) and with
+    ``generator.analysis_backend=hf`` (the re-reads on the same model loaded a second time in transformers): the
+    first check judges the same draft with attention that agrees across the two engines."""
+    gen_cfg = base_config.generator.model_copy(update={"backend": "llamacpp"})
     cfg = base_config.model_copy(update={"method": "dragin", "params": {}, "generator": gen_cfg})
-    pipe = Pipeline.from_config(cfg, progress=False)
-    assert pipe.parts.generator.name == "llamacpp" and pipe.parts.analyzer.name == "hf"
-    trace = pipe.answer(hotpot_dev[0]["question"])
-    c = trace.counters
-    assert c.llm_calls["main"] >= 1 and c.llm_calls["probe"] >= 1  # a re-read per checked draft, at least
-    assert c.prompt_tokens_evaluated["main"] < c.prompt_tokens["main"]  # llama.cpp's exemplar state
-    checked = [s for s in trace.steps if s.signals.get("sentences")]
-    assert checked, [s.reason for s in trace.steps]
-    assert all(len(x["attention"]) == len(x["words"]) > 0 for s in checked for x in s.signals["sentences"])
-    alone = cfg.model_copy(update={"generator": gen_cfg.model_copy(update={"analysis_backend": None})})
-    with pytest.raises(CapabilityError, match="attention"):
-        Pipeline.from_config(alone, progress=False)
+    alone = Pipeline.from_config(cfg, progress=False)
+    assert alone.parts.analyzer is None
+    hybrid_cfg = cfg.model_copy(update={"generator": gen_cfg.model_copy(update={"analysis_backend": "hf"})})
+    hybrid = Pipeline.from_config(hybrid_cfg, progress=False)
+    assert hybrid.parts.generator.name == "llamacpp" and hybrid.parts.analyzer.name == "hf"
+    question = hotpot_dev[0]["question"]
+    traces = [alone.answer(question), hybrid.answer(question)]
+    for trace in traces:
+        c = trace.counters
+        assert c.llm_calls["main"] >= 1 and c.llm_calls["probe"] >= 1  # a re-read per checked draft, at least
+        assert c.prompt_tokens_evaluated["main"] < c.prompt_tokens["main"]  # llama.cpp's exemplar state
+    firsts = []
+    for trace in traces:
+        checked = [s for s in trace.steps if s.signals.get("sentences")]
+        assert checked, [s.reason for s in trace.steps]
+        assert all(
+            len(x["attention"]) == len(x["words"]) > 0 for s in checked for x in s.signals["sentences"]
+        )
+        firsts.append(checked[0].signals["sentences"])
+    mine, theirs = firsts
+    assert [x["words"] for x in mine] == [x["words"] for x in theirs]
+    for a, b in zip(mine, theirs, strict=True):
+        assert a["attention"] == pytest.approx(b["attention"], abs=0.02), (a["attention"], b["attention"])
+    print(
+        f"\nDRAGIN word attention, llama.cpp {mine[0]['attention']} vs transformers {theirs[0]['attention']}"
+    )
 
 
 def test_seakr_samples_on_llamacpp_and_reads_hidden_states_on_hf(

@@ -210,9 +210,9 @@ def test_capabilities_are_honest(gen: OpenAICompatGenerator) -> None:
     assert not {Capability.ENTROPY, Capability.ATTENTION, Capability.HIDDEN_STATES} & gen.capabilities
     with pytest.raises(CapabilityError, match="'attention'.*'hf'"):
         require(gen, [Capability.ATTENTION], "method 'dragin'")
-    with pytest.raises(CapabilityError, match="attention.*use the 'hf' backend$"):
+    # attention and hidden states: an in-process backend of either kind
+    with pytest.raises(CapabilityError, match="attention.*use the 'hf' or 'llamacpp' backend$"):
         gen.analyze(PROMPT, attention_layer=-1)
-    # hidden states: an in-process backend of either kind
     with pytest.raises(CapabilityError, match="'hidden_states'.*'hf' \\(transformers\\) or 'llamacpp'"):
         require(gen, [Capability.HIDDEN_STATES], "method 'seakr'")
     with pytest.raises(CapabilityError, match="hidden states.*'hf' or 'llamacpp' backend$"):

@@ -35,7 +35,7 @@ CAPABILITY_PROVIDERS: dict[Capability, str] = {
     Capability.LOGPROBS: "the 'hf' (transformers) backend, llama.cpp, or an OpenAI-compatible server with logprobs",
     Capability.ENTROPY: "the 'hf' (transformers) or 'llamacpp' backend",
     Capability.ENTROPY_APPROX: "an OpenAI-compatible server with top_logprobs",
-    Capability.ATTENTION: "the 'hf' (transformers) backend",
+    Capability.ATTENTION: "the 'hf' (transformers) or 'llamacpp' backend",
     Capability.HIDDEN_STATES: "the 'hf' (transformers) or 'llamacpp' backend",
     Capability.SAMPLING: "any backend that samples (hf, llama.cpp, OpenAI-compatible)",
 }
@@ -375,7 +375,7 @@ class GeneratorBase:
         ] or ["tokens"]
         missing = [what for what in asked if what not in self.analyses]
         if missing:
-            where = "the 'hf' or 'llamacpp' backend" if missing[0] == "hidden states" else "the 'hf' backend"
+            where = "the 'hf' backend" if missing[0] == "scores" else "the 'hf' or 'llamacpp' backend"
             raise CapabilityError(
                 f"the '{self.name}' generator backend cannot provide {missing[0]} of a forward pass; use {where}"
             )

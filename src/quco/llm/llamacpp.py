@@ -145,10 +145,11 @@ class LlamaCppGenerator(GeneratorBase):
             Capability.ENTROPY,
             Capability.SAMPLING,
             Capability.HIDDEN_STATES,
+            Capability.ATTENTION,
         }
     )
     _copy_changes = {"prompt_tokens_evaluated": 0}  # a greedy copy costs no prompt evaluation
-    analyses = frozenset({"tokens", "hidden states"})
+    analyses = frozenset({"tokens", "hidden states", "attention"})
 
     def __init__(
         self,
@@ -435,32 +436,56 @@ class LlamaCppGenerator(GeneratorBase):
         scores: bool,
         last_only: bool = False,
     ) -> Analysis:
-        """Tokens of ``text`` and, if asked, the hidden states of middle layers (``quco.llm.llamacpp_hidden``);
-        llama.cpp exposes no attention, and scoring is not offered."""
-        if not hidden_layers:
+        """Tokens of ``text`` and, if asked, the hidden states of middle layers and one layer's attention
+        (``quco.llm.llamacpp_hidden``); scoring is not offered."""
+        if not hidden_layers and attention_layer is None:
             ids = self.llama.tokenize(text.encode("utf-8"), add_bos=True, special=True)
             return Analysis(token_ids=ids, tokens=self._pieces(ids))
         n_layers = self.num_layers
         blocks = {layer: block_of(layer, n_layers) for layer in hidden_layers}
+        att_block = None
+        if attention_layer is not None:
+            att_block = attention_layer + n_layers if attention_layer < 0 else attention_layer
+            if not 0 <= att_block < n_layers:
+                raise ConfigError(
+                    f"attention_layer {attention_layer} is out of range for a model with {n_layers} layers; "
+                    f"use -{n_layers}..{n_layers - 1}"
+                )
         ids, truncated = self._encode(text, self.max_context_tokens)
         if truncated:
             logger.warning("Text to analyze left-truncated to its last %d tokens", len(ids))
+        hidden: dict[int, np.ndarray] = {}
+        attention = None
+        evaluated = 0
         with self._lock:
-            cuts = []
-            if self.shared_prefix and not truncated:
-                counted = {self._prefix_ids.count(text, chars, ids) for chars in shared_levels(text)}
-                cuts = [c for c in counted if MIN_SHARED_TOKENS <= c < len(ids)]
-            if self._hidden is None:
-                self._hidden = HiddenStateReader(
-                    self.llama,
-                    self._llama_cpp,
-                    chunk=min(self.chunk, self.llama.n_batch),
-                    keep=self.prefix_states,
-                )
-            self._hidden.reuse = self.reuse
-            rows, evaluated = self._hidden.read(ids, cuts, list(blocks.values()), last_only=last_only)
-        hidden = {layer: rows[block] for layer, block in blocks.items()}
-        return Analysis(token_ids=ids, tokens=self._pieces(ids), hidden=hidden, evaluated=evaluated)
+            reader = self._reader()
+            if att_block is not None:
+                attention = reader.attention(ids, att_block)
+                evaluated += len(ids)
+            if blocks:
+                cuts = []
+                if self.shared_prefix and not truncated:
+                    counted = {self._prefix_ids.count(text, chars, ids) for chars in shared_levels(text)}
+                    cuts = [c for c in counted if MIN_SHARED_TOKENS <= c < len(ids)]
+                rows, n = reader.read(ids, cuts, list(blocks.values()), last_only=last_only)
+                hidden = {layer: rows[block] for layer, block in blocks.items()}
+                evaluated += n
+        return Analysis(
+            token_ids=ids, tokens=self._pieces(ids), attention=attention, hidden=hidden, evaluated=evaluated
+        )
+
+    def _reader(self) -> HiddenStateReader:
+        """The second context that analyses read from (made on first use; the caller holds the lock)."""
+        if self._hidden is None:
+            self._hidden = HiddenStateReader(
+                self.llama,
+                self._llama_cpp,
+                chunk=min(self.chunk, self.llama.n_batch),
+                keep=self.prefix_states,
+            )
+        self._hidden.reuse = self.reuse
+        self._hidden.chunk = min(self.chunk, self.llama.n_batch)
+        return self._hidden
 
     def _pieces(self, ids: list[int]) -> list[str]:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -1,4 +1,4 @@
-"""Hidden states of a llama.cpp model, read during its own forward pass (the ``llamacpp`` backend's analysis).
+"""Hidden states and attention of a llama.cpp model, read during its own forward pass (``llamacpp`` analysis).
 
 llama.cpp names every block's output in its compute graph (``l_out-<block>``); a graph callback set on a
 second context of the same model copies the rows of the blocks asked for while a text is evaluated. The
@@ -17,13 +17,17 @@ whether it was computed now or kept from an earlier text. A kept level therefore
 exactly. The generating context evaluates a prompt by the same rule (its shared prefix, then the rest), so when
 it has just evaluated the prompt a text's levels end with, it hands that state over (``offer``) and a read of
 the last position's states (``last_only``, SeaKR's) evaluates only the continuation.
+
+Attention weights (DRAGIN's, ETC's) come the same way, from the softmax of a block's attention
+(``kq_soft_max-<block>``, the context runs without flash attention), averaged over the heads, with the text
+evaluated afresh in batches of ``chunk`` from position 0.
 """
 
 from __future__ import annotations
 
 import ctypes
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +78,8 @@ class HiddenStateReader:
         self._llama_cpp = llama_cpp
         self._ggml = _ggml(llama_cpp)
         self.n_embd = int(llama_cpp.llama_model_n_embd(llama._model.model))
+        self.n_head = int(llama_cpp.llama_model_n_head(llama._model.model))
+        self._batch_tokens = 0  # tokens of the batch being evaluated
         self.chunk = chunk
         self.keep = keep
         self.reuse = True
@@ -87,7 +93,9 @@ class HiddenStateReader:
             self._ctx = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
         except ValueError as exc:
             raise HiddenStateError(f"llama.cpp could not create a context for hidden states: {exc}") from exc
-        self._batch = _internals.LlamaBatch(n_tokens=max(chunk, 1), embd=0, n_seq_max=1, verbose=False)
+        self._batch = _internals.LlamaBatch(
+            n_tokens=max(int(llama.n_batch), 1), embd=0, n_seq_max=1, verbose=False
+        )
         self._levels: OrderedDict[tuple[Any, ...], tuple[bytes, dict[int, np.ndarray]]] = OrderedDict()
         # prompt states the generating context evaluated by the same rule, by (inner split, tokens)
         self._offered: OrderedDict[tuple[int, tuple[int, ...]], bytes] = OrderedDict()
@@ -102,7 +110,13 @@ class HiddenStateReader:
             return True
         n = int(self._ggml.ggml_nelements(tensor))
         data = np.ctypeslib.as_array(self._ggml.ggml_get_data_f32(tensor), shape=(n,))
-        self._rows[block].append(data.reshape(n // self.n_embd, self.n_embd).copy())
+        if name.startswith(b"kq_soft_max"):  # [n_kv, n_tokens, n_head] in ggml's order: mean over the heads
+            n_tokens = self._batch_tokens
+            self._rows[block].append(
+                data.reshape(self.n_head, n_tokens, n // (self.n_head * n_tokens)).mean(0)
+            )
+        else:
+            self._rows[block].append(data.reshape(n // self.n_embd, self.n_embd).copy())
         return True
 
     # -- evaluation -----------------------------------------------------------------------------------
@@ -151,26 +165,58 @@ class HiddenStateReader:
         hidden = {b: np.concatenate([kept[b], part[b]]) for b in blocks}
         return hidden, evaluated + len(ids) - start
 
+    def attention(self, ids: Sequence[int], block: int) -> np.ndarray:
+        """Attention weights of ``block`` over ``ids`` evaluated afresh (mean over heads): [len(ids), len(ids)],
+        row i the weights query position i gives positions 0..i."""
+        ids = list(ids)
+        self._ctx.kv_cache_clear()
+        name = f"kq_soft_max-{block}".encode()
+        out = np.zeros((len(ids), len(ids)), np.float32)
+        for start, end, rows in self._batches(ids, 0, len(ids), {name: block}):
+            weights = rows[block]
+            if weights.shape[0] != end - start or weights.shape[1] < end:
+                raise HiddenStateError(
+                    f"llama.cpp gave attention weights of shape {weights.shape} for tokens {start}..{end}: this "
+                    "model's graph does not name them 'kq_soft_max-<block>'; read attention with the 'hf' backend"
+                )
+            out[start:end, :end] = weights[:, :end]
+        return out
+
+    def _batches(
+        self, ids: list[int], start: int, end: int, wanted: dict[bytes, int]
+    ) -> Iterator[tuple[int, int, dict[int, np.ndarray]]]:
+        """Evaluate ``ids[start:end]`` over the state of the first ``start`` tokens in batches of ``chunk``,
+        yielding each batch's span and the tensors ``wanted`` (name -> key) captured while it ran."""
+        pos = start
+        while pos < end:
+            piece = ids[pos : min(pos + self.chunk, end)]
+            self._batch.set_batch(piece, n_past=pos, logits_all=False)
+            self._wanted, self._rows, self._batch_tokens = (
+                wanted,
+                {k: [] for k in wanted.values()},
+                len(piece),
+            )
+            try:
+                self._ctx.decode(self._batch)
+                captured = {
+                    k: np.concatenate(r) if r else np.zeros((0, 0), np.float32) for k, r in self._rows.items()
+                }
+            except RuntimeError as exc:
+                raise HiddenStateError(f"llama.cpp could not evaluate the text: {exc}") from exc
+            finally:
+                self._wanted, self._rows = {}, {}
+            yield pos, pos + len(piece), captured
+            pos += len(piece)
+
     def _run(self, ids: list[int], start: int, end: int, blocks: tuple[int, ...]) -> dict[int, np.ndarray]:
-        """Evaluate ``ids[start:end]`` over the state of the first ``start`` tokens, in batches of ``chunk``."""
-        self._wanted = {f"l_out-{b}".encode(): b for b in blocks}
-        self._rows = {b: [] for b in blocks}
-        try:
-            pos = start
-            while pos < end:
-                piece = ids[pos : min(pos + self.chunk, end)]
-                self._batch.set_batch(piece, n_past=pos, logits_all=False)
-                try:
-                    self._ctx.decode(self._batch)
-                except RuntimeError as exc:
-                    raise HiddenStateError(f"llama.cpp could not evaluate the text: {exc}") from exc
-                pos += len(piece)
-            rows = {
-                b: np.concatenate(r) if r else np.zeros((0, self.n_embd), np.float32)
-                for b, r in self._rows.items()
-            }
-        finally:
-            self._wanted, self._rows = {}, {}
+        """Rows of ``blocks`` for ``ids[start:end]``, evaluated over the state of the first ``start`` tokens."""
+        parts: dict[int, list[np.ndarray]] = {b: [] for b in blocks}
+        for _, _, captured in self._batches(ids, start, end, {f"l_out-{b}".encode(): b for b in blocks}):
+            for b in blocks:
+                parts[b].append(captured[b])
+        rows = {
+            b: np.concatenate(r) if r else np.zeros((0, self.n_embd), np.float32) for b, r in parts.items()
+        }
         for b, r in rows.items():
             if len(r) != end - start:
                 raise HiddenStateError(
