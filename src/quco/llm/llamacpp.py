@@ -44,7 +44,7 @@ from quco.llm.batching import (
     keep_recent,
     reusable,
 )
-from quco.llm.llamacpp_hidden import HiddenStateReader, block_of
+from quco.llm.llamacpp_analysis import AnalysisReader, block_of
 from quco.llm.llamacpp_state import restore_sequence, save_sequence
 from quco.llm.models import default_gguf_path, named_gguf
 from quco.machine import usable_cores
@@ -183,8 +183,8 @@ class LlamaCppGenerator(GeneratorBase):
         )  # shared prefix text -> its tokens
         self._lock = threading.Lock()  # one decode at a time: the context and its KV cache are not re-entrant
         self._llama_cpp = _import_llama_cpp()
-        self._hidden: HiddenStateReader | None = (
-            None  # a second context, made when states are first asked for
+        self._reader_ctx: AnalysisReader | None = (
+            None  # a second context, made when an analysis first needs it
         )
 
     @classmethod
@@ -233,8 +233,8 @@ class LlamaCppGenerator(GeneratorBase):
             self._ends, self._key = [], None
             self.llama.n_tokens = 0
             self.llama._ctx.kv_cache_clear()
-            if self._hidden is not None:
-                self._hidden.forget()
+            if self._reader_ctx is not None:
+                self._reader_ctx.forget()
 
     # ----------------------------------------------------------------------------------------------------------
     def count_tokens(self, text: str) -> int:
@@ -299,11 +299,11 @@ class LlamaCppGenerator(GeneratorBase):
             except BaseException:
                 self._ends, self._key = [], None  # a half-evaluated prompt is never reused
                 raise
-            if self._hidden is not None and self.reuse:
+            if self._reader_ctx is not None and self.reuse:
                 # hidden states of continuations of this prompt (SeaKR's samples) can start from its state
                 state = save_sequence(self._llama_cpp, self.llama._ctx)
                 if state is not None:
-                    self._hidden.offer(len(self._key or ()), ids, state)
+                    self._reader_ctx.offer(len(self._key or ()), ids, state)
             feed, reset = [], False  # the prompt is evaluated: sample from its last batch's scores
         for token in self.llama.generate(
             feed,
@@ -437,7 +437,7 @@ class LlamaCppGenerator(GeneratorBase):
         last_only: bool = False,
     ) -> Analysis:
         """Tokens of ``text`` and, if asked, the hidden states of middle layers and one layer's attention
-        (``quco.llm.llamacpp_hidden``); scoring is not offered."""
+        (``quco.llm.llamacpp_analysis``); scoring is not offered."""
         if not hidden_layers and attention_layer is None:
             ids = self.llama.tokenize(text.encode("utf-8"), add_bos=True, special=True)
             return Analysis(token_ids=ids, tokens=self._pieces(ids))
@@ -474,18 +474,18 @@ class LlamaCppGenerator(GeneratorBase):
             token_ids=ids, tokens=self._pieces(ids), attention=attention, hidden=hidden, evaluated=evaluated
         )
 
-    def _reader(self) -> HiddenStateReader:
+    def _reader(self) -> AnalysisReader:
         """The second context that analyses read from (made on first use; the caller holds the lock)."""
-        if self._hidden is None:
-            self._hidden = HiddenStateReader(
+        if self._reader_ctx is None:
+            self._reader_ctx = AnalysisReader(
                 self.llama,
                 self._llama_cpp,
                 chunk=min(self.chunk, self.llama.n_batch),
                 keep=self.prefix_states,
             )
-        self._hidden.reuse = self.reuse
-        self._hidden.chunk = min(self.chunk, self.llama.n_batch)
-        return self._hidden
+        self._reader_ctx.reuse = self.reuse
+        self._reader_ctx.chunk = min(self.chunk, self.llama.n_batch)
+        return self._reader_ctx
 
     def _pieces(self, ids: list[int]) -> list[str]:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -493,9 +493,9 @@ class LlamaCppGenerator(GeneratorBase):
 
     def close(self) -> None:
         with self._lock:
-            if self._hidden is not None:
-                self._hidden.close()
-                self._hidden = None
+            if self._reader_ctx is not None:
+                self._reader_ctx.close()
+                self._reader_ctx = None
             self.llama.close()
 
 

@@ -38,8 +38,8 @@ from quco.llm.batching import keep_recent
 from quco.llm.llamacpp_state import restore_sequence, save_sequence
 
 
-class HiddenStateError(QucoError):
-    """llama.cpp could not evaluate a text or did not produce the states asked for."""
+class AnalysisError(QucoError):
+    """llama.cpp could not evaluate a text or did not produce the tensors asked for."""
 
 
 def block_of(layer: int, n_layers: int) -> int:
@@ -65,8 +65,8 @@ def _ggml(llama_cpp: Any) -> Any:
     return lib
 
 
-class HiddenStateReader:
-    """Evaluates texts in a context of its own and returns the rows of the blocks asked for.
+class AnalysisReader:
+    """Evaluates texts in a context of its own and returns the hidden states or attention asked for.
 
     ``keep`` levels (their saved state and rows) are kept, least recently used dropped first; with ``reuse``
     off they are still computed and saved the same way, but never stand in for a pass.
@@ -92,7 +92,7 @@ class HiddenStateReader:
         try:
             self._ctx = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
         except ValueError as exc:
-            raise HiddenStateError(f"llama.cpp could not create a context for hidden states: {exc}") from exc
+            raise AnalysisError(f"llama.cpp could not create a context for hidden states: {exc}") from exc
         self._batch = _internals.LlamaBatch(
             n_tokens=max(int(llama.n_batch), 1), embd=0, n_seq_max=1, verbose=False
         )
@@ -175,7 +175,7 @@ class HiddenStateReader:
         for start, end, rows in self._batches(ids, 0, len(ids), {name: block}):
             weights = rows[block]
             if weights.shape[0] != end - start or weights.shape[1] < end:
-                raise HiddenStateError(
+                raise AnalysisError(
                     f"llama.cpp gave attention weights of shape {weights.shape} for tokens {start}..{end}: this "
                     "model's graph does not name them 'kq_soft_max-<block>'; read attention with the 'hf' backend"
                 )
@@ -202,7 +202,7 @@ class HiddenStateReader:
                     k: np.concatenate(r) if r else np.zeros((0, 0), np.float32) for k, r in self._rows.items()
                 }
             except RuntimeError as exc:
-                raise HiddenStateError(f"llama.cpp could not evaluate the text: {exc}") from exc
+                raise AnalysisError(f"llama.cpp could not evaluate the text: {exc}") from exc
             finally:
                 self._wanted, self._rows = {}, {}
             yield pos, pos + len(piece), captured
@@ -219,7 +219,7 @@ class HiddenStateReader:
         }
         for b, r in rows.items():
             if len(r) != end - start:
-                raise HiddenStateError(
+                raise AnalysisError(
                     f"llama.cpp produced {len(r)} rows of block {b} for {end - start} tokens: this model's graph "
                     "does not name its block outputs 'l_out-<block>'; read hidden states with the 'hf' backend"
                 )
@@ -228,12 +228,12 @@ class HiddenStateReader:
     def _save(self) -> bytes:
         state = save_sequence(self._llama_cpp, self._ctx)
         if state is None:
-            raise HiddenStateError("llama.cpp could not save a level's state")
+            raise AnalysisError("llama.cpp could not save a level's state")
         return state
 
     def _restore(self, state: bytes) -> None:
         if not restore_sequence(self._llama_cpp, self._ctx, state):
-            raise HiddenStateError("llama.cpp could not restore a level's state")
+            raise AnalysisError("llama.cpp could not restore a level's state")
 
     def forget(self) -> None:
         """Drop every kept level and offered state."""
@@ -248,4 +248,4 @@ class HiddenStateReader:
         self._ctx.close()
 
 
-__all__ = ["HiddenStateError", "HiddenStateReader", "block_of"]
+__all__ = ["AnalysisError", "AnalysisReader", "block_of"]
