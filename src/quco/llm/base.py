@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from quco.errors import CapabilityError, InputError
+from quco.errors import CapabilityError, ConfigError, InputError
 
 
 class Capability(StrEnum):
@@ -102,6 +102,29 @@ class Analysis:
     logprobs: list[float] | None = None  # log p(token_i | prefix) for i >= 1 (index 0 is 0.0)
     entropies: list[float] | None = None  # entropy of the distribution that predicted token i
     evaluated: int | None = None  # tokens run through the model (None: all; fewer when a cache stood in)
+
+
+@dataclass(frozen=True)
+class AnalysisAsk:
+    """What an ``analyze`` call asks a backend for (``GeneratorBase._analyze``)."""
+
+    attention_layer: int | None = None
+    hidden_layers: tuple[int, ...] = ()
+    scores: bool = False
+    last_only: bool = False
+
+    def attention_block(self, n_layers: int) -> int | None:
+        """The block whose attention is asked for (negative layers count from the end), None if none is."""
+        layer = self.attention_layer
+        if layer is None:
+            return None
+        block = layer + n_layers if layer < 0 else layer
+        if not 0 <= block < n_layers:
+            raise ConfigError(
+                f"attention_layer {layer} is out of range for a model with {n_layers} layers; "
+                f"use -{n_layers}..{n_layers - 1}"
+            )
+        return block
 
 
 # A predicate over the text generated so far, checked after each token by backends that decode token by token
@@ -379,17 +402,10 @@ class GeneratorBase:
             raise CapabilityError(
                 f"the '{self.name}' generator backend cannot provide {missing[0]} of a forward pass; use {where}"
             )
-        analysis = self._analyze(text, attention_layer, tuple(hidden_layers), scores, last_only)
+        analysis = self._analyze(text, AnalysisAsk(attention_layer, tuple(hidden_layers), scores, last_only))
         if last_only:
             analysis.hidden = {layer: rows[-1:] for layer, rows in analysis.hidden.items()}
         return analysis
 
-    def _analyze(
-        self,
-        text: str,
-        attention_layer: int | None,
-        hidden_layers: tuple[int, ...],
-        scores: bool,
-        last_only: bool = False,
-    ) -> Analysis:
+    def _analyze(self, text: str, ask: AnalysisAsk) -> Analysis:
         raise NotImplementedError

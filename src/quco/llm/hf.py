@@ -28,6 +28,7 @@ from quco.config import GeneratorConfig
 from quco.errors import ConfigError, QucoError, first_line
 from quco.llm.base import (
     Analysis,
+    AnalysisAsk,
     Capability,
     Generation,
     GeneratorBase,
@@ -575,31 +576,18 @@ class HFGenerator(GeneratorBase):
 
     # ----------------------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def _analyze(
-        self,
-        text: str,
-        attention_layer: int | None,
-        hidden_layers: tuple[int, ...],
-        scores: bool,
-        last_only: bool = False,
-    ) -> Analysis:
+    def _analyze(self, text: str, ask: AnalysisAsk) -> Analysis:
         """One forward pass over ``text``: its tokens and the attention / hidden states / scores asked for.
 
         Hidden layer 0 is the embedding output and layer L the output of block L (-1 = the final, normed one).
         """
+        hidden_layers, scores = ask.hidden_layers, ask.scores
         ids, truncated = self._encode(text, self.max_context_tokens)
         if truncated:
             logger.warning("Text to analyze left-truncated to its last %d tokens", len(ids))
         n_layers = int(self.model.config.get_text_config().num_hidden_layers)
         attn_modules = self._attention_modules()
-        att_idx = None
-        if attention_layer is not None:
-            att_idx = attention_layer + n_layers if attention_layer < 0 else attention_layer
-            if not 0 <= att_idx < n_layers:
-                raise ConfigError(
-                    f"attention_layer {attention_layer} is out of range for a model with {n_layers} layers; "
-                    f"use -{n_layers}..{n_layers - 1}"
-                )
+        att_idx = ask.attention_block(n_layers)
         for layer in hidden_layers:
             if not -(n_layers + 1) <= layer <= n_layers:
                 raise ConfigError(

@@ -27,6 +27,7 @@ from quco.config import GeneratorConfig
 from quco.errors import ConfigError, QucoError
 from quco.llm.base import (
     Analysis,
+    AnalysisAsk,
     Capability,
     Generation,
     GeneratorBase,
@@ -428,29 +429,16 @@ class LlamaCppGenerator(GeneratorBase):
         """Transformer blocks of the model."""
         return int(self._llama_cpp.llama_model_n_layer(self.llama._model.model))
 
-    def _analyze(
-        self,
-        text: str,
-        attention_layer: int | None,
-        hidden_layers: tuple[int, ...],
-        scores: bool,
-        last_only: bool = False,
-    ) -> Analysis:
+    def _analyze(self, text: str, ask: AnalysisAsk) -> Analysis:
         """Tokens of ``text`` and, if asked, the hidden states of middle layers and one layer's attention
         (``quco.llm.llamacpp_analysis``); scoring is not offered."""
-        if not hidden_layers and attention_layer is None:
+        hidden_layers = ask.hidden_layers
+        if not hidden_layers and ask.attention_layer is None:
             ids = self.llama.tokenize(text.encode("utf-8"), add_bos=True, special=True)
             return Analysis(token_ids=ids, tokens=self._pieces(ids))
         n_layers = self.num_layers
         blocks = {layer: block_of(layer, n_layers) for layer in hidden_layers}
-        att_block = None
-        if attention_layer is not None:
-            att_block = attention_layer + n_layers if attention_layer < 0 else attention_layer
-            if not 0 <= att_block < n_layers:
-                raise ConfigError(
-                    f"attention_layer {attention_layer} is out of range for a model with {n_layers} layers; "
-                    f"use -{n_layers}..{n_layers - 1}"
-                )
+        att_block = ask.attention_block(n_layers)
         ids, truncated = self._encode(text, self.max_context_tokens)
         if truncated:
             logger.warning("Text to analyze left-truncated to its last %d tokens", len(ids))
@@ -467,7 +455,7 @@ class LlamaCppGenerator(GeneratorBase):
                 if self.shared_prefix and not truncated:
                     counted = {self._prefix_ids.count(text, chars, ids) for chars in shared_levels(text)}
                     cuts = [c for c in counted if MIN_SHARED_TOKENS <= c < len(ids)]
-                rows, n = reader.read(ids, cuts, list(blocks.values()), last_only=last_only)
+                rows, n = reader.read(ids, cuts, list(blocks.values()), last_only=ask.last_only)
                 hidden = {layer: rows[block] for layer, block in blocks.items()}
                 evaluated += n
         return Analysis(
