@@ -15,7 +15,7 @@ digest of the prompt's greedy answer with its logprobs: two builds (e.g. one com
 ``--hf-reuse MODEL`` measures the transformers backend on a model's real 8-exemplar prompt (the one
 ``--llamacpp`` uses): the prompt evaluated in one pass, in the two passes of the shared-prefix rule, and with
 the exemplars' saved cache (``--hf-reuse qwen2.5-1.5b-instruct`` is the path DRAGIN and SeaKR take on the
-evaluation model), and whether the three give the same greedy answer; then the hidden states of four
+evaluation model with ``generator.backend=hf`` or ``generator.analysis_backend=hf``), and whether the three give the same greedy answer; then the hidden states of four
 continuations of that prompt (SeaKR's pattern), one pass each against the prompt's saved context.
 
     python bench/bench_llm.py [--threads N] [--skip-convert] [--new-tokens 64]
