@@ -300,7 +300,7 @@ class LlamaCppGenerator(GeneratorBase):
             except BaseException:
                 self._ends, self._key = [], None  # a half-evaluated prompt is never reused
                 raise
-            if self._reader_ctx is not None and self.reuse:
+            if self._reader_ctx is not None and self._reader_ctx.wants_offers and self.reuse:
                 # hidden states of continuations of this prompt (SeaKR's samples) can start from its state
                 state = save_sequence(self._llama_cpp, self.llama._ctx)
                 if state is not None:

@@ -97,8 +97,10 @@ class AnalysisReader:
             n_tokens=max(int(llama.n_batch), 1), embd=0, n_seq_max=1, verbose=False
         )
         self._levels: OrderedDict[tuple[Any, ...], tuple[bytes, dict[int, np.ndarray]]] = OrderedDict()
-        # prompt states the generating context evaluated by the same rule, by (inner split, tokens)
+        # prompt states the generating context evaluated by the same rule, by (inner split, tokens); wanted once
+        # hidden states have been read (attention reads evaluate afresh)
         self._offered: OrderedDict[tuple[int, tuple[int, ...]], bytes] = OrderedDict()
+        self.wants_offers = False
 
     # -- the graph callback ---------------------------------------------------------------------------
     def _on_tensor(self, tensor: int, ask: bool, _user_data: int) -> bool:
@@ -136,6 +138,7 @@ class AnalysisReader:
         ids = list(ids)
         cuts = sorted(c for c in set(cuts) if 0 < c < len(ids))
         blocks = tuple(sorted(set(blocks)))
+        self.wants_offers = True
         if last_only and self.reuse and 1 <= len(cuts) <= 2:
             offered = self._offered.get((cuts[0] if len(cuts) == 2 else 0, tuple(ids[: cuts[-1]])))
             if offered is not None:  # the same state this reader's own passes would restore
