@@ -136,7 +136,8 @@ class _Capture:
 
 
 class LlamaCppGenerator(GeneratorBase):
-    """A GGUF model in this process through llama-cpp-python: text, logprobs, exact entropy, sampling."""
+    """A GGUF model in this process through llama-cpp-python: text, logprobs, exact entropy, sampling, and the
+    attention and hidden states of a forward pass."""
 
     name = "llamacpp"
     capabilities = frozenset(
@@ -184,9 +185,7 @@ class LlamaCppGenerator(GeneratorBase):
         )  # shared prefix text -> its tokens
         self._lock = threading.Lock()  # one decode at a time: the context and its KV cache are not re-entrant
         self._llama_cpp = _import_llama_cpp()
-        self._reader_ctx: AnalysisReader | None = (
-            None  # a second context, made when an analysis first needs it
-        )
+        self._reader_ctx: AnalysisReader | None = None  # the analyses' context, made on first use
 
     @classmethod
     def from_config(cls, config: GeneratorConfig) -> LlamaCppGenerator:

@@ -92,7 +92,7 @@ class AnalysisReader:
         try:
             self._ctx = _internals.LlamaContext(model=llama._model, params=params, verbose=False)
         except ValueError as exc:
-            raise AnalysisError(f"llama.cpp could not create a context for hidden states: {exc}") from exc
+            raise AnalysisError(f"llama.cpp could not create a context for analyses: {exc}") from exc
         self._batch = _internals.LlamaBatch(
             n_tokens=max(int(llama.n_batch), 1), embd=0, n_seq_max=1, verbose=False
         )
