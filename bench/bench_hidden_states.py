@@ -7,7 +7,8 @@ the shared context, the exemplars as its inner level) on the ``llamacpp`` backen
 model loaded in transformers. It prints seconds per read (the first read of a prompt evaluates it; the others
 only their continuation), the cosine and relative difference of the two engines' last-token states, the
 EigenScores of the samples from each, and whether llama.cpp's states are bit-identical with every saving off
-and in reverse order.
+and in reverse order. With ``--hf`` it also reads the last layer's attention over four of the continuations
+(the kind of text DRAGIN re-reads) on both engines and prints the seconds and the differences.
 
     python bench/bench_hidden_states.py [--model qwen2.5-1.5b-instruct] [--samples 20] [--hf]
 
@@ -45,6 +46,23 @@ def _reads(gen, context: Prompt, samples: list[str], layer: int) -> tuple[list[n
 def _line(name: str, seconds: list[float]) -> str:
     rest = seconds[1:] or [float("nan")]
     return f"  {name:<12} first read {seconds[0]:6.2f} s, then {np.mean(rest):5.2f} s per read (mean of {len(rest)})"
+
+
+def _attention(lc, hf, text: str) -> None:  # noqa: ANN001
+    """DRAGIN's read: the last layer's attention over a generated text, on both engines."""
+    start = time.perf_counter()
+    mine = lc.analyze(text, attention_layer=-1)
+    t_lc = time.perf_counter() - start
+    start = time.perf_counter()
+    theirs = hf.analyze(text, attention_layer=-1)
+    t_hf = time.perf_counter() - start
+    a, b = mine.attention, theirs.attention
+    diff = np.abs(a - b)
+    received = np.corrcoef(a[1:].max(0), b[1:].max(0))[0, 1]
+    print(
+        f"  last-layer attention over {len(mine.token_ids)} tokens: llama.cpp {t_lc:.2f} s, transformers {t_hf:.2f} s; "
+        f"|difference| max {diff.max():.4f}, mean {diff.mean():.5f}; attention received correlates at {received:.5f}"
+    )
 
 
 def main() -> None:
@@ -92,6 +110,7 @@ def main() -> None:
         )
         other = eigen_score(np.stack([t[-1] for t in theirs]), 1e-3)
         print(f"  EigenScore from transformers states: {other:.4f}")
+        _attention(lc, hf, "".join(samples[:4]).strip())
     print(f"  load after {os.getloadavg()[0]:.1f}")
 
 
