@@ -128,3 +128,25 @@ def test_run_retrieval_bench_counts_the_gold_each_run_found(
         monkeypatch,
     )
     assert f"all gold found {100 * k / 200:5.1f}% ({k}/200)" in out
+
+
+@pytest.mark.model
+def test_hidden_states_bench_compares_the_two_engines(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the default model: llama.cpp's states are bit-identical without reuse and in reverse order, and agree
+    with transformers' (cosine near 1, EigenScores and attention close)."""
+    import re
+
+    out = run_bench(
+        ROOT / "bench" / "bench_hidden_states.py",
+        ["--model", "gemma3-270m", "--samples", "4", "--hf"],
+        capsys,
+        monkeypatch,
+    )
+    assert "layer 9 of 18" in out and "in reverse order: True" in out, out
+    low = float(re.search(r"cosine ([0-9.]+)-", out).group(1))
+    scores = [float(x) for x in re.findall(r"EigenScore from \S+ states: (-?[0-9.]+)", out)]
+    att = re.search(r"\|difference\| max ([0-9.]+).*correlates at ([0-9.]+)", out)
+    assert low > 0.999 and len(scores) == 2 and abs(scores[0] - scores[1]) < 0.05 * abs(scores[1]), out
+    assert att and float(att.group(1)) < 0.05 and float(att.group(2)) > 0.99, out
