@@ -464,15 +464,14 @@ class LlamaCppGenerator(GeneratorBase):
     def _reader(self) -> AnalysisReader:
         """The second context that analyses read from (made on first use; the caller holds the lock)."""
         if self._reader_ctx is None:
-            self._reader_ctx = AnalysisReader(
-                self.llama,
-                self._llama_cpp,
-                chunk=min(self.chunk, self.llama.n_batch),
-                keep=self.prefix_states,
-            )
-        self._reader_ctx.reuse = self.reuse
-        self._reader_ctx.chunk = min(self.chunk, self.llama.n_batch)
-        return self._reader_ctx
+            self._reader_ctx = AnalysisReader(self.llama, self._llama_cpp)
+        reader = self._reader_ctx
+        reader.reuse, reader.keep, reader.chunk = (
+            self.reuse,
+            self.prefix_states,
+            min(self.chunk, self.llama.n_batch),
+        )
+        return reader
 
     def _pieces(self, ids: list[int]) -> list[str]:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -68,20 +68,20 @@ def _ggml(llama_cpp: Any) -> Any:
 class AnalysisReader:
     """Evaluates texts in a context of its own and returns the hidden states or attention asked for.
 
-    ``keep`` levels (their saved state and rows) are kept, least recently used dropped first; with ``reuse``
-    off they are still computed and saved the same way, but never stand in for a pass.
+    Texts are evaluated in batches of ``chunk`` tokens (at most llama's ``n_batch``); ``keep`` levels (their
+    saved state and rows) are kept, least recently used dropped first; with ``reuse`` off they are still computed
+    and saved the same way, but never stand in for a pass. The generator sets all three before each read.
     """
 
-    def __init__(self, llama: Any, llama_cpp: Any, *, chunk: int, keep: int = 4) -> None:
+    def __init__(self, llama: Any, llama_cpp: Any) -> None:
         from llama_cpp import _internals
 
         self._llama_cpp = llama_cpp
         self._ggml = _ggml(llama_cpp)
         self.n_embd = int(llama_cpp.llama_model_n_embd(llama._model.model))
         self.n_head = int(llama_cpp.llama_model_n_head(llama._model.model))
-        self._batch_tokens = 0  # tokens of the batch being evaluated
-        self.chunk = chunk
-        self.keep = keep
+        self.chunk = int(llama.n_batch)
+        self.keep = 4
         self.reuse = True
         self._wanted: dict[bytes, int] = {}  # tensor name -> block, while a batch runs
         self._rows: dict[int, list[np.ndarray]] = {}  # block -> rows captured, batch after batch
@@ -113,7 +113,7 @@ class AnalysisReader:
         n = int(self._ggml.ggml_nelements(tensor))
         data = np.ctypeslib.as_array(self._ggml.ggml_get_data_f32(tensor), shape=(n,))
         if name.startswith(b"kq_soft_max"):  # [n_kv, n_tokens, n_head] in ggml's order: mean over the heads
-            n_tokens = self._batch_tokens
+            n_tokens = self._batch.n_tokens()  # one batch is one micro-batch: chunk <= n_batch = n_ubatch
             self._rows[block].append(
                 data.reshape(self.n_head, n_tokens, n // (self.n_head * n_tokens)).mean(0)
             )
@@ -194,11 +194,7 @@ class AnalysisReader:
         while pos < end:
             piece = ids[pos : min(pos + self.chunk, end)]
             self._batch.set_batch(piece, n_past=pos, logits_all=False)
-            self._wanted, self._rows, self._batch_tokens = (
-                wanted,
-                {k: [] for k in wanted.values()},
-                len(piece),
-            )
+            self._wanted, self._rows = wanted, {k: [] for k in wanted.values()}
             try:
                 self._ctx.decode(self._batch)
                 captured = {
