@@ -88,7 +88,7 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
                              "quco-random", "dragin", "seakr"}  # fmt: skip
         for row, cmd in cmds.items():
             assert "--set generator.model=qwen2.5-1.5b-instruct" in cmd
-            limit = {"seakr": "50", "dragin": "100"}.get(row, "200")
+            limit = {"seakr": "50"}.get(row, "200")
             assert "--offset 0 --limit " + limit in cmd
             # attention and hidden states (DRAGIN, SeaKR) come from llama.cpp as well
             assert "--set generator.backend=llamacpp" in cmd and "=hf" not in cmd
