@@ -130,3 +130,21 @@ def test_quco_detection_prints_each_run_and_names_runs_without_judged_drafts(tmp
     )  # named by path
     bad = CliRunner().invoke(app, ["detection", str(tmp_path / "missing")])
     assert bad.exit_code != 0 and "missing" in bad.output
+
+
+def test_a_fixed_schedule_judges_no_draft(tmp_path: Path) -> None:
+    """FS-RAG retrieves after every sentence whatever it says: its "always" records are no judgement."""
+
+    def fixed(question: str) -> Trace:
+        every = TriggerRecord.decide("schedule", "always", 0.0, [None], "sentence", param="")
+        trace = Trace(question=question, method="fs-rag", prediction="So the answer is Paris.")
+        trace.steps.append(
+            Step(index=0, stage="generate", draft="A step.", triggers=[every], decision="retrieve")
+        )
+        trace.steps.append(Step(index=1, stage="generate", draft="So the answer is Paris.", triggers=[every]))
+        return trace
+
+    fixed.method = "fs-rag"  # type: ignore[attr-defined]
+    run_eval(fixed, "hotpotqa", limit=3, out_dir=tmp_path / "fs", progress=False)
+    run = load_run(tmp_path / "fs")
+    assert first_draft_checks(run) == [] and detection(run) is None

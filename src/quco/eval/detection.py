@@ -1,14 +1,15 @@
 """Does a trigger catch wrong drafts? Read from recorded traces only (no model is run again).
 
 A dynamic-RAG trigger is a hallucination detector: it judges a draft and retrieves when it doubts it. Each
-question's *first* draft judged during generation (the first "generate" step with a trigger record) is the one
+question's *first* draft judged during generation (the first "generate" step whose trigger read it) is the one
 judgement made before any retrieval the trigger caused, so it is the clean test: score that draft's stated
 answer against the gold answers exactly as the final prediction is scored, and ask whether the drafts the
 trigger fired on are wrong more often than those it kept. A trigger that detects nothing gives equal rates, as
 a random trigger does.
 
 Drafts that state no answer (cut off before "So the answer is") are counted apart and left out of the rates.
-Methods that decide only before generation (SR-RAG, Wo-RAG, DTR's gate) record no such draft.
+Methods that decide only before generation (SR-RAG, Wo-RAG, DTR's gate) record no such draft, and neither do
+those that retrieve on a fixed schedule (FS-RAG), whose "always" rule reads nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from quco.eval.metrics import score_prediction
 from quco.eval.runs import Run
 from quco.eval.stats import Interval, auroc, group_difference
 from quco.signals.record import TriggerRecord
-from quco.trace import as_trace
+from quco.trace import Step, as_trace
 
 MIN_GROUP = 5  # differences and AUROCs need at least this many drafts on each side
 
@@ -90,8 +91,7 @@ def first_draft_checks(run: Run) -> list[DraftCheck]:
     for rec in run.records:
         if rec.get("error") or not rec.get("trace"):
             continue
-        judged = (s for s in as_trace(rec["trace"]).steps if s.stage == "generate" and s.triggers)
-        step = next(judged, None)
+        step = next((s for s in as_trace(rec["trace"]).steps if _judges(s)), None)
         if step is None or not step.draft.strip():
             continue
         score = score_prediction(step.draft, rec.get("gold") or [], rec.get("kind") or "span", dataset)
@@ -100,6 +100,11 @@ def first_draft_checks(run: Run) -> list[DraftCheck]:
             DraftCheck(str(rec["id"]), step.decision == "retrieve", wrong, _suspicion(step.triggers[0]))
         )
     return checks
+
+
+def _judges(step: Step) -> bool:
+    """A generation step whose trigger judged its draft: a fixed schedule ("always", FS-RAG's) judges nothing."""
+    return step.stage == "generate" and any(r.rule != "always" for r in step.triggers)
 
 
 def _suspicion(record: TriggerRecord) -> float | None:
