@@ -417,6 +417,8 @@ def test_fixed_schedule_retrieves_after_every_unit(method: str, build: Any, hotp
             if not final:
                 assert step.queries == [step.draft]  # the unit just written is the next query
             assert step.kept == step.draft
+            # a schedule reads nothing, so `quco detection` finds no judged draft here
+            assert [r.rule for r in step.triggers] == ["always"]
             if method == "fs-rag":
                 assert len(splitter.split(step.draft)) == 1
         if method == "fl-rag":
