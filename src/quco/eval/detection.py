@@ -23,8 +23,8 @@ import numpy as np
 from quco.eval.metrics import score_prediction
 from quco.eval.runs import Run
 from quco.eval.stats import Interval, auroc, group_difference
-from quco.signals.record import TriggerRecord
-from quco.trace import Step, as_trace
+from quco.signals.record import TriggerRecord, judges
+from quco.trace import as_trace
 
 MIN_GROUP = 5  # differences and AUROCs need at least this many drafts on each side
 
@@ -91,7 +91,8 @@ def first_draft_checks(run: Run) -> list[DraftCheck]:
     for rec in run.records:
         if rec.get("error") or not rec.get("trace"):
             continue
-        step = next((s for s in as_trace(rec["trace"]).steps if _judges(s)), None)
+        judged = (s for s in as_trace(rec["trace"]).steps if s.stage == "generate" and judges(s.triggers))
+        step = next(judged, None)
         if step is None or not step.draft.strip():
             continue
         score = score_prediction(step.draft, rec.get("gold") or [], rec.get("kind") or "span", dataset)
@@ -100,11 +101,6 @@ def first_draft_checks(run: Run) -> list[DraftCheck]:
             DraftCheck(str(rec["id"]), step.decision == "retrieve", wrong, _suspicion(step.triggers[0]))
         )
     return checks
-
-
-def _judges(step: Step) -> bool:
-    """A generation step whose trigger judged its draft: a fixed schedule ("always", FS-RAG's) judges nothing."""
-    return step.stage == "generate" and any(r.rule != "always" for r in step.triggers)
 
 
 def _suspicion(record: TriggerRecord) -> float | None:

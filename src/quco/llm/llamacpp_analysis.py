@@ -241,8 +241,7 @@ class AnalysisReader:
         self._ctx.kv_cache_clear()
 
     def close(self) -> None:
-        self._levels.clear()
-        self._offered.clear()
+        self.forget()
         self._batch.close()
         self._ctx.close()
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from quco.signals.record import consulted, step_fired_at
+from quco.signals.record import consulted, judges, step_fired_at
 from quco.trace import Step, as_trace
 
 
@@ -57,10 +57,8 @@ def stage_rate(traces: Iterable[Any], stage: str) -> StageRate:
     steps = fired = candidates = 0
     for t in traces:
         for step in as_trace(t).steps:
-            if step.stage != stage or not step.triggers:
-                continue
-            if all(r.rule == "always" for r in step.triggers):
-                continue  # a fixed schedule, not a trigger
+            if step.stage != stage or not judges(step.triggers):
+                continue  # no trigger, or a fixed schedule
             steps += 1
             candidates += consulted(step.triggers)
             fired += step_fired_at(step.triggers) is not None

@@ -154,6 +154,11 @@ def step_fired_at(records: Sequence[TriggerRecord], thresholds: dict[str, float]
     return min(hits) if hits else None
 
 
+def judges(records: Sequence[TriggerRecord]) -> bool:
+    """Whether a step with these records judged anything: a fixed schedule ("always", FS-RAG's) reads nothing."""
+    return any(r.rule != "always" for r in records)
+
+
 def consulted(records: Sequence[TriggerRecord]) -> int:
     """Candidate points a step with these records looked at (they share one candidate list)."""
     if not records:
