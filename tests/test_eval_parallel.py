@@ -63,6 +63,8 @@ def test_worker_processes_record_what_one_process_records(tmp_path: Path, small_
             ta["counters"]["prompt_tokens_evaluated"]["main"],
         )
         assert 0 < evaluated <= sent
+    # A worker process answers one question at a time: its CPU seconds are that question's.
+    assert all(r["cpu_seconds"] > 0 and isinstance(r["load"], float) for r in b.values())
 
 
 @pytest.mark.model

@@ -65,7 +65,8 @@ def toy_answer(question: str) -> Trace:
 def _stable(rec: dict[str, Any]) -> dict[str, Any]:
     """A record without its wall times, which differ between two runs of the same thing."""
     rec = json.loads(json.dumps(rec))
-    rec.pop("seconds", None)
+    for timing in ("seconds", "cpu_seconds", "load"):
+        rec.pop(timing, None)
     if rec.get("trace"):
         rec["trace"].pop("seconds", None)
         rec["trace"]["counters"].pop("seconds", None)
@@ -262,6 +263,28 @@ def test_threads_answer_concurrently_with_the_same_results(tmp_path: Path) -> No
     one = {r["id"]: _stable(r) for r in _lines(tmp_path / "one")}
     four = {r["id"]: _stable(r) for r in _lines(tmp_path / "four")}
     assert one == four
+    # Threads share the process's CPU clock: no question's CPU seconds can be told apart, none is recorded.
+    assert {r["cpu_seconds"] for r in _lines(tmp_path / "four")} == {None}
+
+
+def test_each_question_records_its_cpu_seconds_and_the_machine_load(tmp_path: Path) -> None:
+    """Beside wall seconds, a question records the CPU time its process spent on it and the 1-minute load
+    average: a question that waited (a paused run, a busy machine) shows wall seconds well above CPU seconds."""
+
+    def timed(q: str) -> Trace:
+        if EXAMPLES[0].question == q:  # computes for at least 0.2 CPU seconds
+            until = time.process_time() + 0.2
+            while time.process_time() < until:
+                pass
+        else:  # waits 0.3 s, computing nothing
+            time.sleep(0.3)
+        return toy_answer(q)
+
+    run_eval(timed, "hotpotqa", limit=2, out_dir=tmp_path, progress=False)
+    busy, idle = _lines(tmp_path)
+    assert busy["cpu_seconds"] >= 0.2 and busy["seconds"] >= busy["cpu_seconds"] * 0.9
+    assert idle["seconds"] >= 0.3 and idle["cpu_seconds"] < 0.2
+    assert all(isinstance(r["load"], float) and r["load"] >= 0 for r in (busy, idle))
 
 
 def _start(out: Path, limit: int, hold_after: int = 0) -> subprocess.Popen[bytes]:

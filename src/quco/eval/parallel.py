@@ -26,7 +26,6 @@ from quco.config import PipelineConfig
 from quco.datasets import Example
 from quco.errors import QucoError
 from quco.machine import usable_cores
-from quco.trace import Trace
 
 log = logging.getLogger(__name__)
 
@@ -58,16 +57,13 @@ def _init(config_json: str, threads: int, protocol: AnswerProtocol) -> None:
 
 
 def _answer(position: int, example: Example, recorded: dict[str, Any] | None) -> Any:
-    from quco.eval.runner import _answer_one
+    from quco.eval.runner import _answer_one, _finish_recorded
 
     if "error" in _WORKER:
         raise WorkerError(f"a worker process could not build its pipeline: {_WORKER['error']}")
     pipe, protocol = _WORKER["pipe"], _WORKER["protocol"]
     if recorded is not None:  # --traces-from: the recorded trace stands in for the method's answer
-        trace = Trace.from_dict(recorded["trace"])
-        outcome = _answer_one(lambda _q: pipe.finish(trace, protocol), example, position)
-        outcome.seconds = round(float(recorded.get("seconds") or 0.0) + outcome.seconds, 4)
-        return outcome
+        return _finish_recorded(pipe, recorded, protocol, example, position)
     return _answer_one(lambda q: pipe.answer(q, protocol=protocol), example, position)
 
 

@@ -198,11 +198,17 @@ class _Outcome:
     error: str | None = None
     error_traceback: str | None = None
     seconds: float = 0.0
+    cpu_seconds: float | None = None  # CPU time of this process, all its threads; None if it was shared
+    load: float | None = None  # the machine's 1-minute load average when the question ended
 
 
-def _answer_one(answer_fn: AnswerFn, example: Example, position: int) -> _Outcome:
+def _answer_one(
+    answer_fn: AnswerFn, example: Example, position: int, *, shared_process: bool = False
+) -> _Outcome:
+    """Answer one question, timing it. ``shared_process``: other questions run on threads of this process at
+    the same time, so its CPU time is not this question's alone (and is not recorded)."""
     out = _Outcome(example, position)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     try:
         trace = answer_fn(example.question)
         if not isinstance(trace, Trace):
@@ -215,7 +221,41 @@ def _answer_one(answer_fn: AnswerFn, example: Example, position: int) -> _Outcom
         out.error_traceback = traceback.format_exc(limit=8)
         log.warning("question %s failed: %s", example.id, out.error)
     out.seconds = round(time.perf_counter() - start, 4)
+    if not shared_process:
+        out.cpu_seconds = round(time.process_time() - cpu_start, 4)
+    out.load = _load_average()
     return out
+
+
+def _load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:  # not available on this platform
+        return None
+
+
+def _finish_recorded(
+    pipe: Any,
+    recorded: dict[str, Any],
+    protocol: AnswerProtocol,
+    example: Example,
+    position: int,
+    *,
+    shared_process: bool = False,
+) -> _Outcome:
+    """--traces-from: finish a recorded trace under this run's protocol; its seconds add to the recorded."""
+    trace = Trace.from_dict(recorded["trace"])
+    outcome = _answer_one(
+        lambda _q: pipe.finish(trace, protocol), example, position, shared_process=shared_process
+    )
+    outcome.seconds = round(float(recorded.get("seconds") or 0.0) + outcome.seconds, 4)
+    cpu = recorded.get("cpu_seconds")
+    outcome.cpu_seconds = (
+        round(float(cpu) + outcome.cpu_seconds, 4)
+        if isinstance(cpu, int | float) and outcome.cpu_seconds is not None
+        else None
+    )
+    return outcome
 
 
 def _record(outcome: _Outcome) -> dict[str, Any]:
@@ -242,6 +282,8 @@ def _record(outcome: _Outcome) -> dict[str, Any]:
         rec.update(prediction="", answer="", missing=True, reprompted=False, em=0.0, f1=0.0)
         rec.update(error=outcome.error, error_traceback=outcome.error_traceback)
     rec["seconds"] = outcome.seconds
+    rec["cpu_seconds"] = outcome.cpu_seconds
+    rec["load"] = outcome.load
     rec["meta"] = {k: v for k, v in ex.meta.items() if k != "index"}
     rec["trace"] = outcome.trace.to_dict() if outcome.trace is not None else None
     return rec
@@ -552,11 +594,8 @@ def _run_locked(
         def call(pos: int, ex: Example) -> _Outcome:
             recorded = (reuse or {}).get(ex.id)
             if recorded is not None:
-                trace = Trace.from_dict(recorded["trace"])
-                outcome = _answer_one(lambda _q: pipe.finish(trace, protocol), ex, pos)
-                outcome.seconds = round(float(recorded.get("seconds") or 0.0) + outcome.seconds, 4)
-                return outcome
-            return _answer_one(answer_fn, ex, pos)
+                return _finish_recorded(pipe, recorded, protocol, ex, pos, shared_process=workers > 1)
+            return _answer_one(answer_fn, ex, pos, shared_process=workers > 1)
 
         em_sum = sum(float(r.get("em") or 0.0) for r in prior)
         bar = _Progress(progress, f"{tgt.method} on {ref.name}", len(examples), len(prior), em_sum)
