@@ -14,7 +14,7 @@ import yaml
 from quco.datasets import load_dataset
 from quco.eval.detection import first_draft_checks
 from quco.eval.plan import PlanError, load_plan
-from quco.eval.results import BEGIN, END, collect, run_plan, table
+from quco.eval.results import BEGIN, END, collect, machine_cell, run_plan, table
 from quco.eval.runner import run_eval
 from quco.eval.runs import load_run
 from quco.eval.stats import compare, summarize
@@ -251,12 +251,27 @@ def test_table_from_recorded_runs(tmp_path: Path) -> None:
     calls = summarize(quco, ["main_llm_calls", "llm_calls"], n_boot=500)
     assert calls["main_llm_calls"].mean == 1.0 and calls["llm_calls"].mean == 2.0
     assert "| QuCo-RAG | " in text and " | 1.00 [1.00, 1.00] | 2.00 [2.00, 2.00] | " in text
+    # the machine each row ran on: every question recorded its load and its process's CPU seconds
+    assert f" | {machine_cell(quco.records)} |" in text and f"; {N} of {N} questions |" in text
     page = (tmp_path / "results.html").read_text(encoding="utf-8")
     assert page.count("<table") == 3 and "report.html" in page
     assert (runs / "report.html") in written and (runs / "report.html").stat().st_size > 0
     again = collect(plan, n_boot=500)
     assert [r.status for r in again] == [r.status for r in results]
     assert not any(r.problem for r in again)
+
+
+def test_the_machine_cell_reads_the_recorded_load_and_cpu_seconds() -> None:
+    old = [{"seconds": 90.0}, {"seconds": 110.0}]  # recorded before loads and CPU seconds were kept
+    assert machine_cell(old) == "—"
+    recs = old + [
+        {"seconds": 100.0, "cpu_seconds": 180.0, "load": 2.1},
+        {"seconds": 300.0, "cpu_seconds": 120.0, "load": 4.6},  # waited: wall far above CPU
+        {"seconds": 120.0, "cpu_seconds": None, "load": 1.9},  # answered on a thread beside others
+    ]
+    assert machine_cell(recs) == (
+        "load 2.1 (max 4.6); CPU 150.0 s/q, wall 200.0 s/q (medians); 3 of 5 questions"
+    )
 
 
 def test_a_run_made_with_another_config_is_noted(tmp_path: Path) -> None:

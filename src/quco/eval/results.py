@@ -18,6 +18,7 @@ import hashlib
 import html
 import logging
 import shlex
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -291,6 +292,22 @@ class RowResult:
         return f"{gen.get('model', '?')} ({gen.get('backend', '?')})" if gen else str(self.run.method)
 
 
+def machine_cell(records: Sequence[dict[str, Any]]) -> str:
+    """The machine a row ran on, from what its questions recorded: the 1-minute load average (median, max)
+    and the median CPU seconds of the answering process beside the median wall seconds. Questions recorded
+    before these were kept carry neither and are left out (the count says how many had them)."""
+    loads = [float(r["load"]) for r in records if isinstance(r.get("load"), int | float)]
+    if not loads:
+        return "—"
+    cell = f"load {statistics.median(loads):.1f} (max {max(loads):.1f})"
+    timed = [r for r in records if isinstance(r.get("cpu_seconds"), int | float)]
+    if timed:
+        cpu = statistics.median(float(r["cpu_seconds"]) for r in timed)
+        wall = statistics.median(float(r.get("seconds") or 0.0) for r in timed)
+        cell += f"; CPU {cpu:.1f} s/q, wall {wall:.1f} s/q (medians)"
+    return cell + f"; {len(loads)} of {len(records)} questions"
+
+
 def _restricted(run: Run, ids: Sequence[str]) -> Run:
     by_id = run.by_id()
     return Run(run.dir, run.config, [by_id[i] for i in ids if i in by_id])
@@ -435,7 +452,7 @@ def sections(plan: Plan, results: Sequence[RowResult]) -> list[Section]:
             + [_rate(r, "before"), _rate(r, "generate")]
             for r in rows
         ]
-        run_head = ["method", "status", "run directory", "generator", "world", "config"]
+        run_head = ["method", "status", "run directory", "generator", "world", "config", "machine"]
         runs = []
         for r in rows:
             world = str(r.world.get("world", "—")) + (" (inferred)" if r.world.get("inferred") else "")
@@ -444,7 +461,8 @@ def sections(plan: Plan, results: Sequence[RowResult]) -> list[Section]:
                 config += " + " + ", ".join(r.row.set)
             if r.row.calibrate:
                 config += f" (calibrated: {', '.join(c.param for c in r.row.calibrate)})"
-            runs.append([r.row.title, _status(r), str(r.run_dir), r.generator or "—", world, config])
+            machine = machine_cell(r.run.records) if r.run is not None else "—"
+            runs.append([r.row.title, _status(r), str(r.run_dir), r.generator or "—", world, config, machine])
         judged = [[r.row.title, *detection_cells(d)] for r in rows if (d := r.detection) is not None]
         det = (["method", *DETECTION_HEAD], judged)
         notes = [f"{ds.note.strip()}"] if ds.note else []
@@ -469,7 +487,10 @@ def _legend(plan: Plan) -> str:
         "questions). Δ: the row minus the named row on the questions both answered, in points, with a paired "
         "bootstrap 95% interval and a two-sided sign-flip permutation p-value. Costs: main = the main "
         "generations only (the papers' #Call and #Tok); all roles adds extractor, sampler, judge, probe and "
-        "answer re-prompt calls. s/q: wall seconds per question on the machine that ran it. Stage 1 fired: "
+        "answer re-prompt calls. s/q: wall seconds per question on the machine that ran it; machine: the "
+        "1-minute load average when each question ended (median, max) and the answering process's CPU seconds "
+        "per question beside its wall seconds (medians; a question that waited shows wall above CPU, a 2-thread "
+        "process can show CPU up to twice wall), over the questions that recorded them. Stage 1 fired: "
         "share of questions whose pre-generation trigger fired; stage 2: share of judged sentences (or "
         "candidate points) flagged. First drafts (rows whose trigger judges drafts during generation): each "
         "question's first judged draft scored as the final answer is; how often it is wrong when the trigger "
