@@ -39,6 +39,7 @@ from quco.errors import QucoError
 from quco.eval.metrics import score_prediction
 from quco.eval.parallel import bounded_as_completed, process_workers
 from quco.eval.runs import CONFIG_FILE, RESULTS_FILE, RunError, scan_results, unique_records
+from quco.machine import load_average
 from quco.paths import data_dir
 from quco.trace import Trace
 
@@ -223,15 +224,8 @@ def _answer_one(
     out.seconds = round(time.perf_counter() - start, 4)
     if not shared_process:
         out.cpu_seconds = round(time.process_time() - cpu_start, 4)
-    out.load = _load_average()
+    out.load = load_average()
     return out
-
-
-def _load_average() -> float | None:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:  # not available on this platform
-        return None
 
 
 def _finish_recorded(
