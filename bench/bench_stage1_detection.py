@@ -13,7 +13,8 @@ that question: its score with retrieval minus without). It prints
   question where retrieval turns a wrong answer right, with bootstrap 95% intervals;
 - the closed-book wrong rate and the mean gain from retrieval in each quartile of the score, rarest first
   (quartiles whose bounds tie merge);
-- the same two at the run's own threshold (fired against kept), with a bootstrap interval and permutation p.
+- the same two at the run's own threshold (fired against kept), with a 95% interval (Newcombe's score interval
+  for the share of wrong answers, a bootstrap for the gain) and a permutation p.
 
 Questions whose question has no entity (no stage-1 score) are left out. No model runs; it reads the runs'
 records only. Prints its figures; it is not a timed test.
@@ -28,7 +29,7 @@ import numpy as np
 
 from quco.eval.detection import MIN_GROUP
 from quco.eval.runs import Run, load_run
-from quco.eval.stats import auroc, group_difference
+from quco.eval.stats import auroc, group_difference, proportion_difference
 from quco.trace import as_trace
 
 
@@ -55,7 +56,10 @@ def split(name: str, values: np.ndarray, fired: np.ndarray, boot: int, pct: bool
     k = int(fired.sum())
     if min(k, len(fired) - k) < MIN_GROUP:
         return f"{name}: fired on {k}/{len(fired)} (a group under {MIN_GROUP} questions)"
-    diff, p = group_difference(values, fired, n_boot=boot)
+    if pct:  # yes/no outcomes: Newcombe's score interval; otherwise a bootstrap of the mean difference
+        diff, p = proportion_difference(values, fired, n_perm=boot)
+    else:
+        diff, p = group_difference(values, fired, n_boot=boot)
     unit = "%" if pct else " pts"
     return (
         f"{name}: fired {values[fired].mean() * 100:.1f}{unit} ({k} q), kept "

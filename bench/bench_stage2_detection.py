@@ -8,8 +8,8 @@ generation, scored as the final answer is (``quco.eval.detection``). It splits t
 the one that states the answer, extracts each sentence's claims with the config's extractor, and counts in the
 config's statistics index each claim's head, tail and head/tail co-occurrence. Then it re-judges the draft
 under each rule (a draft fires when any of its claims does) and prints, per rule, the drafts it fires on, how
-often they are wrong against the drafts it keeps, and the difference with its bootstrap 95% interval and
-permutation p-value:
+often they are wrong against the drafts it keeps, and the difference with its 95% interval (Newcombe's score
+interval for two proportions) and permutation p-value:
 
 - ``published``: the pair never co-occurs (the paper's rule; it reproduces the run's own decisions);
 - ``both known >= m``: it never co-occurs although head and tail each occur at least m times, so that the
@@ -47,7 +47,7 @@ from quco.corpus_stats.build import build_local_index
 from quco.corpus_stats.local import LocalInfiniGram
 from quco.eval.detection import MIN_GROUP, first_draft_checks
 from quco.eval.runs import load_run
-from quco.eval.stats import auroc, group_difference
+from quco.eval.stats import auroc, proportion_difference
 from quco.retrieval.corpus import corpus_source
 from quco.text import build_text
 from quco.trace import as_trace
@@ -167,7 +167,7 @@ def rule_split(
     k = int(fired.sum())
     if min(k, len(fired) - k) < MIN_GROUP:
         return k, f"(a group under {MIN_GROUP} drafts)"
-    diff, p = group_difference(wrong, fired, n_boot=boot)
+    diff, p = proportion_difference(wrong, fired, n_perm=boot)
     return k, (
         f"{wrong[fired].mean():12.0%} {wrong[~fired].mean():11.0%}  "
         f"{diff.mean * 100:+.1f} [{diff.low * 100:+.1f}, {diff.high * 100:+.1f}], p={p:.3f}"

@@ -13,7 +13,7 @@ from quco.datasets import load_dataset
 from quco.eval.detection import detection, detection_cells, first_draft_checks
 from quco.eval.runner import run_eval
 from quco.eval.runs import load_run
-from quco.eval.stats import auroc, group_difference
+from quco.eval.stats import auroc, group_difference, proportion_difference, wilson_interval
 from quco.signals.record import TriggerRecord
 from quco.trace import Step, Trace
 
@@ -33,6 +33,45 @@ def test_group_difference_separates_a_perfect_split_from_none() -> None:
     assert math.isnan(diff.mean) and p == 1.0
     with pytest.raises(ValueError, match="differ in length"):
         group_difference([1.0, 0.0], [True])
+
+
+def _outcomes(k1: int, n1: int, k2: int, n2: int) -> tuple[list[float], list[bool]]:
+    return [1.0] * k1 + [0.0] * (n1 - k1) + [1.0] * k2 + [0.0] * (n2 - k2), [True] * n1 + [False] * n2
+
+
+@pytest.mark.parametrize(
+    ("counts", "low", "high"),
+    [
+        # Newcombe (1998), "Interval estimation for the difference between independent proportions", method 10
+        ((56, 70, 48, 80), 0.0524, 0.3339),
+        ((9, 10, 3, 10), 0.1705, 0.8090),
+        ((6, 7, 2, 7), 0.0582, 0.8062),
+        ((5, 56, 0, 29), -0.0381, 0.1926),
+        ((0, 10, 0, 20), -0.1611, 0.2775),
+        ((10, 10, 0, 20), 0.6791, 1.0),
+    ],
+)
+def test_proportion_difference_gives_newcombes_score_interval(counts, low, high) -> None:
+    values, group = _outcomes(*counts)
+    diff, _ = proportion_difference(values, group, n_perm=200)
+    k1, n1, k2, n2 = counts
+    assert diff.mean == pytest.approx(k1 / n1 - k2 / n2)
+    assert (round(diff.low, 4), round(diff.high, 4)) == (low, high)
+
+
+def test_proportion_difference_stays_wide_where_a_bootstrap_collapses() -> None:
+    # 158 of 191 fired drafts wrong, all 5 kept drafts wrong: a bootstrap of the kept group never varies, so
+    # its interval leaves 0 out although the labels' permutation finds nothing (p about 0.6).
+    values, group = _outcomes(158, 191, 5, 5)
+    boot, p_boot = group_difference(values, group, n_boot=2000)
+    score, p = proportion_difference(values, group, n_perm=2000)
+    assert boot.high < 0 and p > 0.5  # the contradiction this interval removes
+    assert score.low < 0 < score.high and p == p_boot
+    assert wilson_interval(5, 5)[0] == pytest.approx(0.5655, abs=1e-4)
+    with pytest.raises(ValueError, match="yes/no"):
+        proportion_difference([0.5, 1.0], [True, False])
+    diff, p = proportion_difference([1.0, 0.0], [True, True])
+    assert math.isnan(diff.mean) and p == 1.0
 
 
 def test_auroc_ranks_positives_first_and_counts_ties_half() -> None:
@@ -97,7 +136,7 @@ def test_the_first_judged_draft_is_scored_not_the_final_answer(tmp_path: Path) -
         "45% (5/11)",
         "100% (5/5)",
         "0% (0/6)",
-        f"+100.0 [+100.0, +100.0] p={d.p_value:.3f}",
+        f"+100.0 [+41.6, +100.0] p={d.p_value:.3f}",  # Newcombe: 5 of 5 against 0 of 6 is not certainty
     ]
     assert d.p_value < 0.05
     # The first score (0.9 where the trigger fired, 0.1 where it kept) ranks every wrong draft first.

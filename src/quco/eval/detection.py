@@ -22,7 +22,7 @@ import numpy as np
 
 from quco.eval.metrics import score_prediction
 from quco.eval.runs import Run
-from quco.eval.stats import Interval, auroc, group_difference
+from quco.eval.stats import Interval, auroc, proportion_difference
 from quco.signals.record import TriggerRecord, judges
 from quco.trace import as_trace
 
@@ -50,7 +50,7 @@ class Detection:
     fired_right: int
     kept_wrong: int
     kept_right: int
-    difference: Interval  # P(wrong | fired) − P(wrong | kept), bootstrap over questions
+    difference: Interval  # P(wrong | fired) − P(wrong | kept), Newcombe's score interval
     p_value: float  # label-permutation test of no difference
     # How well the first score ranks wrong drafts above right ones (None: fewer than MIN_GROUP of either).
     auroc: Interval | None = None
@@ -125,7 +125,7 @@ def detection(run: Run, n_boot: int = 10_000, seed: int = 0) -> Detection | None
     answered = [c for c in checks if c.wrong is not None]
     fired = np.array([c.fired for c in answered], dtype=bool)
     wrong = np.array([bool(c.wrong) for c in answered], dtype=float)
-    diff, p = group_difference(wrong, fired, n_boot=n_boot, seed=seed)
+    diff, p = proportion_difference(wrong, fired, n_perm=n_boot, seed=seed)
     scored = [c for c in answered if c.suspicion is not None]
     ranked = None
     if min(sum(bool(c.wrong) for c in scored), sum(not c.wrong for c in scored)) >= MIN_GROUP:

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
@@ -124,7 +125,8 @@ def group_difference(
 
     The interval is a percentile bootstrap that resamples the questions (resamples that leave a group empty are
     dropped); the p-value is a two-sided permutation test that shuffles the group labels (add-one smoothed).
-    With an empty group the difference is NaN and p is 1.
+    With an empty group the difference is NaN and p is 1. For yes/no outcomes, ``proportion_difference`` gives
+    a better interval: a bootstrap of a small group whose outcomes are all alike never varies.
     """
     x = np.asarray(values, dtype=float)
     g = np.asarray(group, dtype=bool)
@@ -152,6 +154,46 @@ def group_difference(
     boot = np.concatenate(diffs)
     low, high = np.quantile(boot, [0.025, 0.975])
     return Interval(observed, float(low), float(high), n), (hits + 1) / (n_boot + 1)
+
+
+def proportion_difference(
+    outcome: Sequence[bool], group: Sequence[bool], n_perm: int = 10_000, seed: int = 0, level: float = 0.95
+) -> tuple[Interval, float]:
+    """Share of true outcomes in the group minus outside it, for yes/no outcomes (e.g. "the draft is wrong").
+
+    The interval is Newcombe's hybrid score interval for a difference of two independent proportions (his
+    method 10, built from each group's Wilson interval): it stays honest when a group is small or all its
+    outcomes are alike, where a bootstrap cannot vary. The p-value is ``group_difference``'s label-permutation
+    test, the same number for the same seed. With an empty group the difference is NaN and p is 1.
+    """
+    x = np.asarray(outcome, dtype=float)
+    g = np.asarray(group, dtype=bool)
+    if x.shape != g.shape:
+        raise ValueError(f"values and group labels differ in length: {len(x)} vs {len(g)}")
+    if not np.isin(x, (0.0, 1.0)).all():
+        raise ValueError("proportion_difference needs yes/no outcomes (0 or 1)")
+    n, k = len(x), int(g.sum())
+    if k == 0 or k == n:
+        return Interval(math.nan, math.nan, math.nan, n), 1.0
+    k1, n1, k2, n2 = int(x[g].sum()), k, int(x[~g].sum()), n - k
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = wilson_interval(k1, n1, level)
+    l2, u2 = wilson_interval(k2, n2, level)
+    d = p1 - p2
+    low = d - math.hypot(p1 - l1, u2 - p2)
+    high = d + math.hypot(u1 - p1, p2 - l2)
+    return Interval(d, low, high, n), group_difference(x, g, n_boot=n_perm, seed=seed)[1]
+
+
+def wilson_interval(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson's score interval of a binomial proportion (0 <= successes <= n, n > 0)."""
+    if n <= 0 or not 0 <= successes <= n:
+        raise ValueError(f"a proportion needs 0 <= successes <= n and n > 0, got {successes} of {n}")
+    z = float(NormalDist().inv_cdf(0.5 + level / 2))
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _auc(scores: np.ndarray, labels: np.ndarray) -> float:
