@@ -26,6 +26,7 @@ from quco.datasets import load_dataset
 from quco.eval.metrics import score_prediction
 from quco.eval.runner import run_eval
 from quco.eval.runs import RESULTS_FILE, RunError, load_run, scan_results
+from quco.machine import cpu_name
 from quco.paths import data_dir
 from quco.trace import Step, Trace
 
@@ -267,7 +268,7 @@ def test_threads_answer_concurrently_with_the_same_results(tmp_path: Path) -> No
     assert {r["cpu_seconds"] for r in _lines(tmp_path / "four")} == {None}
 
 
-def test_each_question_records_its_cpu_seconds_and_the_machine_load(tmp_path: Path) -> None:
+def test_each_question_records_its_cpu_seconds_the_machine_load_and_the_processor(tmp_path: Path) -> None:
     """Beside wall seconds, a question records the CPU time its process spent on it and the 1-minute load
     average: a question that waited (a paused run, a busy machine) shows wall seconds well above CPU seconds."""
 
@@ -285,6 +286,8 @@ def test_each_question_records_its_cpu_seconds_and_the_machine_load(tmp_path: Pa
     assert busy["cpu_seconds"] >= 0.2 and busy["seconds"] >= busy["cpu_seconds"] * 0.9
     assert idle["seconds"] >= 0.3 and idle["cpu_seconds"] < 0.2
     assert all(isinstance(r["load"], float) and r["load"] >= 0 for r in (busy, idle))
+    # and the processor that answered: seconds from two machines are not comparable
+    assert busy["cpu"] == idle["cpu"] == cpu_name() != ""
 
 
 def _start(out: Path, limit: int, hold_after: int = 0) -> subprocess.Popen[bytes]:

@@ -18,6 +18,7 @@ from quco.eval.results import BEGIN, END, collect, machine_cell, run_plan, table
 from quco.eval.runner import run_eval
 from quco.eval.runs import load_run
 from quco.eval.stats import compare, summarize
+from quco.machine import cpu_name
 from quco.trace import RetrievedRef, Step, Trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -251,8 +252,10 @@ def test_table_from_recorded_runs(tmp_path: Path) -> None:
     calls = summarize(quco, ["main_llm_calls", "llm_calls"], n_boot=500)
     assert calls["main_llm_calls"].mean == 1.0 and calls["llm_calls"].mean == 2.0
     assert "| QuCo-RAG | " in text and " | 1.00 [1.00, 1.00] | 2.00 [2.00, 2.00] | " in text
-    # the machine each row ran on: every question recorded its load and its process's CPU seconds
-    assert f" | {machine_cell(quco.records)} |" in text and f"; {N} of {N} questions |" in text
+    # the machine each row ran on: every question recorded its load, its process's CPU seconds, the processor
+    assert (
+        f" | {machine_cell(quco.records)} |" in text and f"; {N} of {N} questions; on {cpu_name()} |" in text
+    )
     page = (tmp_path / "results.html").read_text(encoding="utf-8")
     assert page.count("<table") == 3 and "report.html" in page
     assert (runs / "report.html") in written and (runs / "report.html").stat().st_size > 0
@@ -271,6 +274,15 @@ def test_the_machine_cell_reads_the_recorded_load_and_cpu_seconds() -> None:
     ]
     assert machine_cell(recs) == (
         "load 2.1 (max 4.6); CPU 150.0 s/q, wall 200.0 s/q (medians); 3 of 5 questions"
+    )
+    # the processor each question recorded: one for the whole row, or each with its questions
+    zen = "AMD EPYC (family 23, model 1; AVX2)"
+    same = [{**r, "cpu": zen} for r in recs[2:]]
+    assert machine_cell(same).endswith(f"; 3 of 3 questions; on {zen}")
+    mixed = [*recs[2:], {"seconds": 40.0, "cpu_seconds": 70.0, "load": 1.8, "cpu": zen}]
+    mixed += [{"seconds": 600.0, "cpu_seconds": 400.0, "load": 2.0, "cpu": zen}]
+    assert machine_cell(mixed).endswith(
+        f"; 5 of 5 questions; on {zen}: 2 q, CPU 235.0 s/q; not recorded: 3 q"
     )
 
 

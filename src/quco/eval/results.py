@@ -294,8 +294,9 @@ class RowResult:
 
 def machine_cell(records: Sequence[dict[str, Any]]) -> str:
     """The machine a row ran on, from what its questions recorded: the 1-minute load average (median, max)
-    and the median CPU seconds of the answering process beside the median wall seconds. Questions recorded
-    before these were kept carry neither and are left out (the count says how many had them)."""
+    and the median CPU seconds of the answering process beside the median wall seconds, then the processors
+    that answered them (with their questions' median CPU seconds when there are several). Questions recorded
+    before these were kept carry none of them and are left out (the counts say how many had them)."""
     loads = [float(r["load"]) for r in records if isinstance(r.get("load"), int | float)]
     if not loads:
         return "—"
@@ -305,7 +306,31 @@ def machine_cell(records: Sequence[dict[str, Any]]) -> str:
         cpu = statistics.median(float(r["cpu_seconds"]) for r in timed)
         wall = statistics.median(float(r.get("seconds") or 0.0) for r in timed)
         cell += f"; CPU {cpu:.1f} s/q, wall {wall:.1f} s/q (medians)"
-    return cell + f"; {len(loads)} of {len(records)} questions"
+    cell += f"; {len(loads)} of {len(records)} questions"
+    return cell + _processors(records)
+
+
+def _processors(records: Sequence[dict[str, Any]]) -> str:
+    """ "; on CPU" for one recorded processor; for several, each with its questions and their median CPU s."""
+    by_cpu: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if isinstance(r.get("cpu"), str) and r["cpu"]:
+            by_cpu.setdefault(r["cpu"], []).append(r)
+    if not by_cpu:
+        return ""
+    unknown = len(records) - sum(len(v) for v in by_cpu.values())
+    if len(by_cpu) == 1 and not unknown:
+        return f"; on {next(iter(by_cpu))}"
+    parts = []
+    for name, group in by_cpu.items():
+        part = f"{name}: {len(group)} q"
+        cpus = [float(r["cpu_seconds"]) for r in group if isinstance(r.get("cpu_seconds"), int | float)]
+        if cpus:
+            part += f", CPU {statistics.median(cpus):.1f} s/q"
+        parts.append(part)
+    if unknown:
+        parts.append(f"not recorded: {unknown} q")
+    return "; on " + "; ".join(parts)
 
 
 def _restricted(run: Run, ids: Sequence[str]) -> Run:
@@ -490,7 +515,9 @@ def _legend(plan: Plan) -> str:
         "answer re-prompt calls. s/q: wall seconds per question on the machine that ran it; machine: the "
         "1-minute load average when each question ended (median, max) and the answering process's CPU seconds "
         "per question beside its wall seconds (medians; a question that waited shows wall above CPU, a 2-thread "
-        "process can show CPU up to twice wall), over the questions that recorded them. Stage 1 fired: "
+        "process can show CPU up to twice wall), over the questions that recorded them, and the processor "
+        "that answered them (each with its questions and their median CPU seconds when a row ran on several). "
+        "Stage 1 fired: "
         "share of questions whose pre-generation trigger fired; stage 2: share of judged sentences (or "
         "candidate points) flagged. First drafts (rows whose trigger judges drafts during generation): each "
         "question's first judged draft scored as the final answer is; how often it is wrong when the trigger "

@@ -39,7 +39,7 @@ from quco.errors import QucoError
 from quco.eval.metrics import score_prediction
 from quco.eval.parallel import bounded_as_completed, process_workers
 from quco.eval.runs import CONFIG_FILE, RESULTS_FILE, RunError, scan_results, unique_records
-from quco.machine import load_average
+from quco.machine import cpu_name, load_average
 from quco.paths import data_dir
 from quco.trace import Trace
 
@@ -201,6 +201,7 @@ class _Outcome:
     seconds: float = 0.0
     cpu_seconds: float | None = None  # CPU time of this process, all its threads; None if it was shared
     load: float | None = None  # the machine's 1-minute load average when the question ended
+    cpu: str = ""  # the processor that answered it (quco.machine.cpu_name)
 
 
 def _answer_one(
@@ -225,6 +226,7 @@ def _answer_one(
     if not shared_process:
         out.cpu_seconds = round(time.process_time() - cpu_start, 4)
     out.load = load_average()
+    out.cpu = cpu_name()
     return out
 
 
@@ -249,6 +251,9 @@ def _finish_recorded(
         if isinstance(cpu, int | float) and outcome.cpu_seconds is not None
         else None
     )
+    first = recorded.get("cpu")
+    if isinstance(first, str) and first and first != outcome.cpu:  # its seconds come from both machines
+        outcome.cpu = f"{first}, then {outcome.cpu}"
     return outcome
 
 
@@ -278,6 +283,7 @@ def _record(outcome: _Outcome) -> dict[str, Any]:
     rec["seconds"] = outcome.seconds
     rec["cpu_seconds"] = outcome.cpu_seconds
     rec["load"] = outcome.load
+    rec["cpu"] = outcome.cpu
     rec["meta"] = {k: v for k, v in ex.meta.items() if k != "index"}
     rec["trace"] = outcome.trace.to_dict() if outcome.trace is not None else None
     return rec
