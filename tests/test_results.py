@@ -378,6 +378,46 @@ def test_status_counts_rows_and_estimates_the_hours_left(tmp_path: Path) -> None
     assert bad.exit_code != 0 and "the plan has no row 'nope'" in bad.output
 
 
+def test_status_paces_a_row_by_the_questions_this_processor_answered(tmp_path: Path) -> None:
+    """Seconds from another processor mislead the estimate: once a row has HERE_MIN questions answered on the
+    processor the estimate is for, their median alone is its pace, and a namesake paced there is preferred."""
+    from quco.eval.results_status import HERE_MIN, plan_status, render_status
+
+    spec = _plan(tmp_path, [{"name": "sr-rag", "config": SR}])
+    spec["datasets"].append({"name": "2wikimultihopqa", "offset": 0, "limit": N,
+                             "rows": [{"name": "sr-rag", "config": SR}]})  # fmt: skip
+    plan = load_plan(_write(tmp_path / "plan.yaml", spec))
+    path = tmp_path / "runs/hotpotqa/sr-rag"
+    run_eval(_answerer("sr-rag", 0.4), "hotpotqa", limit=4, out_dir=path, progress=False)
+    # The first question answered on a fast processor, the next three on a slow one.
+    stamped = [("Fast CPU", 10.0), ("Slow CPU", 50.0), ("Slow CPU", 60.0), ("Slow CPU", 70.0)]
+    assert len(stamped) - 1 == HERE_MIN
+    lines = (path / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [
+        json.loads(line) | {"cpu": cpu, "seconds": sec}
+        for line, (cpu, sec) in zip(lines, stamped, strict=True)
+    ]
+    (path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+    slow = {f"{st.dataset}/{st.row}": st for st in plan_status(plan, processor="Slow CPU")}
+    own = slow["hotpotqa/sr-rag"]
+    assert (own.on_here, own.pace_here, own.pace) == (3, True, 60.0)
+    assert own.hours_left == pytest.approx((N - 4) * 60.0 / 3600)
+    borrowed = slow["2wikimultihopqa/sr-rag"]
+    assert (borrowed.pace_from, borrowed.pace_here, borrowed.pace) == ("hotpotqa/sr-rag", True, 60.0)
+    shown = "\n".join(render_status(list(slow.values()), processor="Slow CPU"))
+    assert "at the pace of its 3 questions on this processor" in shown
+    assert "at the pace of hotpotqa/sr-rag on this processor" in shown
+    assert "This machine: Slow CPU. Paced on this processor: 2 of the 2 rows with a pace" in shown
+
+    # One question on the fast processor is too few: the pace is the median of all four.
+    fast = {f"{st.dataset}/{st.row}": st for st in plan_status(plan, processor="Fast CPU")}["hotpotqa/sr-rag"]
+    assert (fast.on_here, fast.pace_here, fast.pace) == (1, False, 55.0)
+    shown = "\n".join(render_status([fast], processor="Fast CPU"))
+    assert "on this processor" not in shown.split("This machine")[0]
+    assert "Paced on this processor: 0 of the 1 row with a pace" in shown
+
+
 def test_run_then_tabulate_end_to_end_on_the_default_model(
     tmp_path_factory: pytest.TempPathFactory, hotpot_pool_path: Path
 ) -> None:

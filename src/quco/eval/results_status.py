@@ -4,8 +4,12 @@ A table that grows over several working days needs a plan of its own: which rows
 partial, which wait for another row, and how many hours of compute are left. The estimate uses the median of
 each row's own recorded seconds per question (a question that ran while the run was paused, or beside other
 work, moves the mean but hardly the median); a row with nothing recorded borrows the pace of the row of the same name on
-another dataset of the plan (the same method and settings), and has no estimate if there is none. Seconds
-depend on the machine that recorded them, so the figures are for planning, not for comparing methods.
+another dataset of the plan (the same method and settings), and has no estimate if there is none.
+
+Seconds depend on the processor that recorded them (the same question's trace can take five times as long on
+another), so when a row has recorded at least ``HERE_MIN`` questions on this machine's processor (each
+question records its ``cpu``), the estimate uses the median of those alone, and a row without a pace borrows
+preferably from a namesake paced on this processor. The figures are for planning, not for comparing methods.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from quco.errors import QucoError
 from quco.eval.plan import DatasetPlan, Plan, Row
 from quco.eval.results import planned_ids, selected_rows
 from quco.eval.runs import CONFIG_FILE, load_run
+from quco.machine import cpu_name
+
+HERE_MIN = 3  # questions on this processor before a row's estimate uses their pace alone
 
 
 @dataclass
@@ -33,6 +40,8 @@ class RowStatus:
     seconds_per_question: float | None = None  # the row's own recorded mean
     pace: float | None = None  # seconds per question the estimate uses (the recorded median)
     pace_from: str = ""  # where ``pace`` comes from when it is not the row's own
+    on_here: int = 0  # recorded questions that this machine's processor answered
+    pace_here: bool = False  # ``pace`` is the median of questions answered on this machine's processor
     waits_for: str = ""  # a matched control's row, while that row is incomplete
     problem: str = ""
 
@@ -48,7 +57,11 @@ class RowStatus:
         return None if self.pace is None else (self.planned - self.recorded) * self.pace / 3600.0
 
 
-def _row_status(plan: Plan, ds: DatasetPlan, row: Row) -> RowStatus:
+def _seconds(records: Sequence[dict]) -> list[float]:
+    return [float(r["seconds"]) for r in records if isinstance(r.get("seconds"), (int, float))]
+
+
+def _row_status(plan: Plan, ds: DatasetPlan, row: Row, processor: str) -> RowStatus:
     ids = planned_ids(ds, row)
     st = RowStatus(ds.name, row.name, 0, len(ids), "not started")
     if row.config is None:
@@ -65,19 +78,29 @@ def _row_status(plan: Plan, ds: DatasetPlan, row: Row) -> RowStatus:
     by_id = run.by_id()
     records = [by_id[i] for i in ids if i in by_id]
     st.recorded = len(records)
-    seconds = [float(r["seconds"]) for r in records if isinstance(r.get("seconds"), (int, float))]
+    seconds = _seconds(records)
     if seconds:
         st.seconds_per_question = statistics.fmean(seconds)
         st.pace = statistics.median(seconds)
+    here = _seconds([r for r in records if r.get("cpu") == processor])
+    st.on_here = len(here)
+    if len(here) >= HERE_MIN:
+        st.pace, st.pace_here = statistics.median(here), True
     if st.recorded:
         st.state = "complete" if st.recorded == st.planned else "partial"
     return st
 
 
-def plan_status(plan: Plan, datasets: Sequence[str] = (), rows: Sequence[str] = ()) -> list[RowStatus]:
-    """Every selected row's progress, with a pace for each row that has one (its own, or a namesake's)."""
+def plan_status(
+    plan: Plan, datasets: Sequence[str] = (), rows: Sequence[str] = (), processor: str | None = None
+) -> list[RowStatus]:
+    """Every selected row's progress, with a pace for each row that has one (its own, or a namesake's).
+
+    ``processor``: the machine the estimate is for, as questions record it (default: this one, ``cpu_name``).
+    """
     selected = selected_rows(plan, datasets, rows)
-    every = {(ds.name, row.name): _row_status(plan, ds, row) for ds, row in plan.rows()}
+    here = cpu_name() if processor is None else processor
+    every = {(ds.name, row.name): _row_status(plan, ds, row, here) for ds, row in plan.rows()}
     for ds, row in plan.rows():
         st = every[(ds.name, row.name)]
         if row.match is not None:
@@ -91,8 +114,9 @@ def plan_status(plan: Plan, datasets: Sequence[str] = (), rows: Sequence[str] = 
                 if row_name == row.name and name != ds.name and other.pace is not None
             ]
             if donors:
-                best = max(donors, key=lambda d: d.recorded)
+                best = max(donors, key=lambda d: (d.pace_here, d.recorded))
                 st.pace, st.pace_from = best.pace, f"{best.dataset}/{best.row}"
+                st.pace_here = best.pace_here
     return [every[(ds.name, row.name)] for ds, row in selected]
 
 
@@ -106,15 +130,20 @@ def _rows(n: int) -> str:
     return f"{n} row" if n == 1 else f"{n} rows"
 
 
-def render_status(statuses: Sequence[RowStatus]) -> list[str]:
-    """The lines ``quco results status`` prints: one aligned line per row, then the totals."""
+def render_status(statuses: Sequence[RowStatus], processor: str | None = None) -> list[str]:
+    """The lines ``quco results status`` prints: one aligned line per row, then the totals.
+
+    ``processor``: the one ``plan_status`` estimated for (default: this machine's).
+    """
     table = [["row", "state", "recorded", "s/q", "left", "notes"]]
     for st in statuses:
         notes = []
         if st.waits_for:
             notes.append(f"waits for '{st.waits_for}' to complete")
         if st.pace_from:
-            notes.append(f"at the pace of {st.pace_from}")
+            notes.append(f"at the pace of {st.pace_from}" + (" on this processor" if st.pace_here else ""))
+        elif st.pace_here and st.is_open:
+            notes.append(f"at the pace of its {st.on_here} questions on this processor")
         if st.problem:
             notes.append(st.problem)
         own = "—" if st.seconds_per_question is None else f"{st.seconds_per_question:.1f}"
@@ -138,5 +167,11 @@ def render_status(statuses: Sequence[RowStatus]) -> list[str]:
         unknown = len(open_rows) - len(known)
         line += f"; {_rows(unknown)} without a pace yet (left: ?)." if unknown else "."
         lines.append(line)
-        lines.append("Seconds per question are those of the machines that recorded them.")
+        here = cpu_name() if processor is None else processor
+        paced_here = sum(1 for st in open_rows if st.pace_here and st.hours_left is not None)
+        lines.append(
+            f"This machine: {here}. Paced on this processor: {paced_here} of the {_rows(len(known))} with a pace "
+            f"(a row's own questions, once it has {HERE_MIN} here); the others use the seconds of the machines "
+            "that recorded them."
+        )
     return lines
