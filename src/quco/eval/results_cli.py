@@ -70,11 +70,14 @@ def status_cli(
     """Which rows are complete, and the hours of compute the others need at their recorded pace."""
     from quco.eval.plan import load_plan
     from quco.eval.results_status import plan_status, render_status
+    from quco.machine import cpu_name
 
     @friendly_errors
     def go() -> None:
         setup_logging(False)
-        for line in render_status(plan_status(load_plan(plan), dataset or (), row or ())):
+        here = cpu_name()
+        statuses = plan_status(load_plan(plan), dataset or (), row or (), processor=here)
+        for line in render_status(statuses, here):
             out.print(line, highlight=False, soft_wrap=True)
 
     go()

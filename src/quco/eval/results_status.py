@@ -130,10 +130,10 @@ def _rows(n: int) -> str:
     return f"{n} row" if n == 1 else f"{n} rows"
 
 
-def render_status(statuses: Sequence[RowStatus], processor: str | None = None) -> list[str]:
+def render_status(statuses: Sequence[RowStatus], processor: str) -> list[str]:
     """The lines ``quco results status`` prints: one aligned line per row, then the totals.
 
-    ``processor``: the one ``plan_status`` estimated for (default: this machine's).
+    ``processor``: the one ``plan_status`` estimated for.
     """
     table = [["row", "state", "recorded", "s/q", "left", "notes"]]
     for st in statuses:
@@ -167,10 +167,9 @@ def render_status(statuses: Sequence[RowStatus], processor: str | None = None) -
         unknown = len(open_rows) - len(known)
         line += f"; {_rows(unknown)} without a pace yet (left: ?)." if unknown else "."
         lines.append(line)
-        here = cpu_name() if processor is None else processor
-        paced_here = sum(1 for st in open_rows if st.pace_here and st.hours_left is not None)
+        paced_here = sum(1 for st in open_rows if st.pace_here)
         lines.append(
-            f"This machine: {here}. Paced on this processor: {paced_here} of the {_rows(len(known))} with a pace "
+            f"This machine: {processor}. Paced on this processor: {paced_here} of the {_rows(len(known))} with a pace "
             f"(a row's own questions, once it has {HERE_MIN} here); the others use the seconds of the machines "
             "that recorded them."
         )
