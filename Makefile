@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 # The demo needs the embedded default only; the tests exercise every extra.
 DEMO_EXTRAS ?= hf
-TEST_EXTRAS ?= hf,dense,serve,report,llamacpp,dev
+TEST_EXTRAS ?= hf,dense,serve,report,gate,llamacpp,dev
 # The suite runs in two worker processes, each test file whole in one of them (its module fixtures load once).
 TEST_WORKERS ?= 2
 # llama-cpp-python compiles from source: portable x86 flags (the native build crashes on CPUs with AMX).

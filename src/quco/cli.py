@@ -47,6 +47,10 @@ def _mount_optional() -> None:
 
     app.add_typer(results_app, name="results")
 
+    from quco.eval.gate.cli import gate_app  # `quco gate fit|frontier`: retrieval gates at equal cost
+
+    app.add_typer(gate_app, name="gate")
+
 
 DEMO_QUESTIONS = (
     "Who was born first, Albert Einstein or Niels Bohr?",

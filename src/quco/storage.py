@@ -120,6 +120,14 @@ def locked(
         lock.release()
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and move it into place: a crash leaves the old file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def write_json(path: Path, data: Any, *, indent: int = 1) -> None:
     """Write a manifest (the last file of a build)."""
     path.write_text(json.dumps(data, indent=indent), encoding="utf-8")

@@ -196,7 +196,7 @@ def wilson_interval(successes: int, n: int, level: float = 0.95) -> tuple[float,
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def _auc(scores: np.ndarray, labels: np.ndarray) -> float:
+def auc_value(scores: np.ndarray, labels: np.ndarray) -> float:
     """Mann-Whitney AUROC: the chance that a positive outscores a negative (ties count half)."""
     n_pos = int(labels.sum())
     n_neg = len(labels) - n_pos
@@ -215,14 +215,14 @@ def auroc(scores: Sequence[float], labels: Sequence[bool], n_boot: int = 10_000,
     y = np.asarray(labels, dtype=bool)
     if x.shape != y.shape:
         raise ValueError(f"scores and labels differ in length: {len(x)} vs {len(y)}")
-    observed = _auc(x, y)
+    observed = auc_value(x, y)
     if math.isnan(observed):
         return Interval(math.nan, math.nan, math.nan, len(x))
     rng = np.random.default_rng(seed)
     boot = []
     for _ in range(n_boot):
         idx = rng.integers(0, len(x), len(x))
-        value = _auc(x[idx], y[idx])
+        value = auc_value(x[idx], y[idx])
         if not math.isnan(value):
             boot.append(value)
     low, high = np.quantile(boot, [0.025, 0.975])

@@ -1,0 +1,347 @@
+"""The frontier report: every signal and fitted gate on the evaluated questions, at equal retrieval budgets.
+
+Each single signal reads its direction from the calibration split only. For every signal the report gives its
+AUROC for "retrieval helps" and for "the closed-book draft is wrong", the exact EM and F1 of the gate that
+fires on the top 25 / 50 / 75 % of the evaluated questions (the frontier point at that budget), the random
+gate at the same number of firings (mean, 95% range over draws, and the share of draws at least as good), and
+what computing the signal costs per question. Fitted gates are also shown at the threshold chosen on the
+calibration split, as a live run would apply them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from quco.eval.gate.data import GateData
+from quco.eval.gate.fit import signal_gate
+from quco.eval.gate.frontier import (
+    Point,
+    RandomGate,
+    at_budget,
+    fire_at,
+    frontier,
+    oracle,
+    outcome,
+    point,
+    random_gate,
+)
+from quco.eval.stats import Interval, PairedResult, auroc, paired_test
+from quco.methods.gate import FEATURES
+from quco.signals.gate_model import GateModel
+
+BUDGETS = (0.25, 0.5, 0.75)
+
+
+@dataclass
+class GateRow:
+    """One gate (a signal in its calibrated direction, or a fitted gate) on the evaluated questions."""
+
+    name: str
+    kind: str  # "signal" or "fitted"
+    families: list[str]
+    direction: float
+    auroc_helps: Interval
+    auroc_wrong: Interval
+    curve: list[Point]
+    budgets: dict[float, Point]
+    random: dict[float, RandomGate]
+    chosen: Point | None = None  # at the threshold chosen on the calibration split
+    chosen_random: RandomGate | None = None
+    chosen_vs_open: PairedResult | None = None
+    chosen_vs_closed: PairedResult | None = None
+    model: GateModel | None = None
+
+    def family_cost(self, data: GateData) -> dict[str, float]:
+        """What computing this gate's features costs per question (all families it reads)."""
+        out: dict[str, float] = {}
+        for fam in self.families:
+            for k, v in data.family_cost.get(fam, {}).items():
+                out[k] = out.get(k, 0.0) + float(v.mean())
+        return out
+
+
+@dataclass
+class FrontierReport:
+    dataset: str
+    calibration: tuple[int, int]
+    evaluation: tuple[int, int]
+    n_calibration: int
+    n: int
+    closed: Point
+    opened: Point
+    oracle: list[Point]
+    random: dict[float, RandomGate]
+    rows: list[GateRow] = field(default_factory=list)
+    methods: dict[str, tuple[float, float, float]] = field(
+        default_factory=dict
+    )  # label: EM, F1, retrievals/q
+    family_costs: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def _families(model: GateModel) -> list[str]:
+    return sorted({FEATURES.get(f, "?") for f in model.features})
+
+
+def _row(
+    data: GateData, model: GateModel, name: str, kind: str, budgets: Sequence[float], n_boot: int, seed: int
+) -> GateRow:
+    scores = model.scores(data.features)
+    families = _families(model)
+    curve = frontier(data, scores, families)
+    at = {b: at_budget(curve, b) for b in budgets}
+    rand = {b: random_gate(data, p.fired, seed=seed) for b, p in at.items()}
+    row = GateRow(
+        name,
+        kind,
+        families,
+        model.direction,
+        auroc(scores, data.helps, n_boot=n_boot, seed=seed),
+        auroc(scores, data.wrong, n_boot=n_boot, seed=seed),
+        curve,
+        at,
+        rand,
+        model=model,
+    )
+    if kind == "fitted":
+        fire = fire_at(scores, model.threshold)
+        row.chosen = point(data, fire, families, model.threshold)
+        row.chosen_random = random_gate(data, row.chosen.fired, seed=seed)
+        em, _ = outcome(data, fire)
+        row.chosen_vs_open = paired_test(data.open_em, em, n_boot=n_boot, seed=seed)
+        row.chosen_vs_closed = paired_test(data.closed_em, em, n_boot=n_boot, seed=seed)
+    return row
+
+
+def build_report(
+    data: GateData,
+    calibration: tuple[int, int],
+    evaluation: tuple[int, int],
+    *,
+    dataset: str = "",
+    features: Sequence[str] | None = None,
+    gates: Sequence[tuple[str, GateModel]] = (),
+    budgets: Sequence[float] = BUDGETS,
+    methods: dict[str, tuple[float, float, float]] | None = None,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> FrontierReport:
+    cal = data.between(*calibration)
+    ev = data.between(*evaluation)
+    if len(ev) == 0:
+        raise ValueError(f"no evaluated question in {evaluation[0]}:{evaluation[1]}")
+    never = np.zeros(len(ev), dtype=bool)
+    report = FrontierReport(
+        dataset,
+        calibration,
+        evaluation,
+        len(cal),
+        len(ev),
+        point(ev, never),
+        point(ev, ~never),
+        oracle(ev),
+        {b: random_gate(ev, int(math.floor(b * len(ev) + 1e-9)), seed=seed) for b in budgets},
+        methods=dict(methods or {}),
+    )
+    names = list(features) if features is not None else [f for f in FEATURES if f in ev.feature_names()]
+    for name in names:
+        if len(cal) == 0:
+            raise ValueError(
+                f"no calibration question in {calibration[0]}:{calibration[1]}: signals need a direction"
+            )
+        model = signal_gate(cal, name)
+        report.rows.append(_row(ev, model, name, "signal", budgets, n_boot, seed))
+    for name, model in gates:
+        report.rows.append(_row(ev, model, name, "fitted", budgets, n_boot, seed))
+    report.family_costs = {
+        fam: {k: float(v.mean()) for k, v in costs.items()} for fam, costs in ev.family_cost.items()
+    }
+    return report
+
+
+# -- rendering -------------------------------------------------------------------------------------
+def _pct(x: float) -> str:
+    return "—" if math.isnan(x) else f"{100 * x:.1f}"
+
+
+def _auc(i: Interval) -> str:
+    if math.isnan(i.mean):
+        return "—"
+    return f"{i.mean:.2f} [{i.low:.2f}, {i.high:.2f}]"
+
+
+def _at(p: Point, r: RandomGate) -> str:
+    return f"{_pct(p.em)} ({p.rate:.2f}; rnd {_pct(r.em_mean)}, p={r.p_at_least(p.em):.2f})"
+
+
+def markdown(report: FrontierReport) -> str:
+    lines: list[str] = []
+    b = list(report.random)
+    c0, c1 = report.calibration
+    e0, e1 = report.evaluation
+    lines.append(
+        f"Questions {e0}-{e1 - 1} ({report.n}); directions, fitted gates and their thresholds from questions "
+        f"{c0}-{c1 - 1} ({report.n_calibration}). Closed-book EM {_pct(report.closed.em)} "
+        f"(F1 {_pct(report.closed.f1)}), retrieval for every question EM {_pct(report.opened.em)} "
+        f"(F1 {_pct(report.opened.f1)}); the oracle gate reaches EM {_pct(report.oracle[-1].em)} at "
+        f"{report.oracle[-1].rate:.3f} retrievals per question."
+    )
+    lines.append("")
+    head = ["gate", "reads", "dir", "AUROC helps", "AUROC wrong"] + [f"EM at {x:g} r/q" for x in b]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    orc = [at_budget(report.oracle, x) for x in b]
+    lines.append(
+        "| oracle | — | — | — | — | " + " | ".join(f"{_pct(p.em)} ({p.rate:.2f})" for p in orc) + " |"
+    )
+    lines.append(
+        "| random (mean [95% of draws]) | — | — | 0.50 | 0.50 | "
+        + " | ".join(
+            f"{_pct(r.em_mean)} [{_pct(r.em_low)}, {_pct(r.em_high)}]" for r in report.random.values()
+        )
+        + " |"
+    )
+    for row in report.rows:
+        d = "+" if row.direction > 0 else "−"
+        if row.kind == "fitted":
+            d = "fit"
+        cells = [row.name, ", ".join(row.families), d, _auc(row.auroc_helps), _auc(row.auroc_wrong)]
+        cells += [_at(row.budgets[x], row.random[x]) for x in b]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(
+        "Each cell: EM of the gate firing on its top-scored questions without exceeding the budget "
+        "(retrievals per question it reached), the random gate's mean EM at the same number of firings, and "
+        "the share of 10,000 random gates at least as good (p)."
+    )
+    fitted = [r for r in report.rows if r.kind == "fitted" and r.chosen is not None]
+    if fitted:
+        lines.append("")
+        lines.append("Fitted gates at the threshold chosen on the calibration split (what a live run does):")
+        lines.append("")
+        lines.append(
+            "| gate | target budget | retrievals/q | EM | F1 | vs retrieval always | vs random at its rate | LLM calls/q |"
+        )
+        lines.append("|---|---|---|---|---|---|---|---|")
+        for r in fitted:
+            ch, rnd = r.chosen, r.chosen_random
+            assert ch is not None and rnd is not None and r.chosen_vs_open is not None and r.model is not None
+            vs = r.chosen_vs_open
+            lines.append(
+                f"| {r.name} | {r.model.budget} | {ch.rate:.3f} | {_pct(ch.em)} | {_pct(ch.f1)} | "
+                f"{100 * vs.diff.mean:+.1f} [{100 * vs.diff.low:+.1f}, {100 * vs.diff.high:+.1f}], "
+                f"p={vs.p_value:.3f} | {_pct(rnd.em_mean)}, p={rnd.p_at_least(ch.em):.3f} | "
+                f"{ch.costs['llm_calls']:.2f} |"
+            )
+    if report.family_costs:
+        lines.append("")
+        lines.append("What each family of signals costs per question, on top of the closed-book draft:")
+        lines.append("")
+        lines.append("| family | LLM calls | prompt tokens | generated tokens | corpus queries | seconds |")
+        lines.append("|---|---|---|---|---|---|")
+        for fam, c in report.family_costs.items():
+            lines.append(
+                f"| {fam} | {c.get('llm_calls', 0):.2f} | {c.get('prompt_tokens', 0):.0f} | "
+                f"{c.get('generated_tokens', 0):.1f} | {c.get('corpus_queries', 0):.1f} | {c.get('seconds', 0):.2f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def to_json(report: FrontierReport) -> dict[str, Any]:
+    def pt(p: Point) -> dict[str, Any]:
+        return {"fired": p.fired, "rate": p.rate, "em": p.em, "f1": p.f1, "threshold": p.threshold, **p.costs}
+
+    return {
+        "dataset": report.dataset,
+        "calibration": list(report.calibration),
+        "evaluation": list(report.evaluation),
+        "n": report.n,
+        "closed": pt(report.closed),
+        "open": pt(report.opened),
+        "oracle": [pt(p) for p in report.oracle],
+        "random": {
+            str(b): {"fired": r.fired, "em": r.em_mean, "low": r.em_low, "high": r.em_high}
+            for b, r in report.random.items()
+        },
+        "rows": [
+            {
+                "name": r.name,
+                "kind": r.kind,
+                "families": r.families,
+                "direction": r.direction,
+                "auroc_helps": [r.auroc_helps.mean, r.auroc_helps.low, r.auroc_helps.high],
+                "auroc_wrong": [r.auroc_wrong.mean, r.auroc_wrong.low, r.auroc_wrong.high],
+                "budgets": {
+                    str(b): pt(p) | {"p_random": r.random[b].p_at_least(p.em)} for b, p in r.budgets.items()
+                },
+                "curve": [[p.rate, p.em] for p in r.curve],
+                "chosen": None if r.chosen is None else pt(r.chosen),
+            }
+            for r in report.rows
+        ],
+        "methods": {k: {"em": v[0], "f1": v[1], "retrievals": v[2]} for k, v in report.methods.items()},
+        "family_costs": report.family_costs,
+    }
+
+
+def figure(report: FrontierReport, path: str | Path, lines_for: Sequence[str] | None = None) -> Path:
+    """EM against retrievals per question: a line per signal, the fitted gates, the bounds and the methods."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.2, 4.6), dpi=120)
+    n = report.n
+    rates = np.linspace(0, 1, 101)
+    base, full = report.closed.em, report.opened.em
+    ax.plot(
+        rates, 100 * (base + (full - base) * rates), color="0.4", lw=1, ls="--", label="random gate (mean)"
+    )
+    fired = sorted(report.random.values(), key=lambda r: r.fired)
+    if fired:
+        ax.fill_between(
+            [r.fired / n for r in fired],
+            [100 * r.em_low for r in fired],
+            [100 * r.em_high for r in fired],
+            color="0.85",
+            label="random gate, 95% of draws",
+        )
+    orc = report.oracle
+    ax.plot(
+        [p.rate for p in orc] + [1.0],
+        [100 * p.em for p in orc] + [100 * full],
+        color="k",
+        lw=1.2,
+        label="oracle",
+    )
+    chosen = set(lines_for) if lines_for is not None else None
+    for row in report.rows:
+        if chosen is not None and row.name not in chosen and row.kind != "fitted":
+            continue
+        xs, ys = [p.rate for p in row.curve], [100 * p.em for p in row.curve]
+        style = {"lw": 2.0} if row.kind == "fitted" else {"lw": 1.0, "alpha": 0.85}
+        ax.step(xs, ys, where="post", label=row.name, **style)
+        if row.chosen is not None:
+            ax.plot([row.chosen.rate], [100 * row.chosen.em], "o", color=ax.lines[-1].get_color(), ms=6)
+    for label, (em, _f1, r) in report.methods.items():
+        ax.plot([r], [100 * em], "s", ms=5, color="tab:red")
+        ax.annotate(
+            label, (r, 100 * em), textcoords="offset points", xytext=(4, 3), fontsize=7, color="tab:red"
+        )
+    ax.set_xlabel("retrievals per question")
+    ax.set_ylabel("EM (%)")
+    ax.set_title(f"{report.dataset}: gates between closed-book and single retrieval (n={n})", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
