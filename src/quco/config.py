@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from quco.errors import ConfigError
 
@@ -21,6 +21,14 @@ from quco.errors import ConfigError
 # per query than a prompt could ever hold.
 MIN_CONTEXT_TOKENS = 128
 MAX_TOP_K = 1000
+
+
+def _model_name(name: str) -> str:
+    """A known model's current name for one of its aliases (an earlier name selects the same file), so that a
+    config reads, and a run is identified, the same under either."""
+    from quco.llm.models import canonical_model_name
+
+    return canonical_model_name(name)
 
 
 class _Section(BaseModel):
@@ -53,6 +61,11 @@ class GeneratorConfig(_Section):
     # the sampling judge's scores): the same model loaded a second time, e.g. generation on "llamacpp" and
     # analysis on "hf". None: the generator analyses what it generates.
     analysis_backend: Literal["hf"] | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _current_name(cls, value: str) -> str:
+        return _model_name(value)
 
 
 class RetrieverConfig(_Section):
@@ -99,6 +112,11 @@ class TextConfig(_Section):
     # A QuCo-style prompt JSON (keys entity_extraction_prompt, entity_extraction_prompt_for_question) to use
     # the published extractor prompts unchanged; default: quco's own prompts.
     extractor_prompts: str | None = None
+
+    @field_validator("extractor_model")
+    @classmethod
+    def _current_name(cls, value: str | None) -> str | None:
+        return None if value is None else _model_name(value)
 
 
 class PromptConfig(_Section):
