@@ -120,10 +120,22 @@ class TextConfig(_Section):
 
 
 class PromptConfig(_Section):
-    # "builtin:hotpotqa", "builtin:2wikimultihopqa", or a JSON/JSONL file of {question, cot, answer}
+    # "builtin:hotpotqa", "builtin:2wikimultihopqa", "builtin:pubmedqa" (ours), "published:hotpotqa",
+    # "published:2wikimultihopqa" (QuCo-RAG's src/data.py lists, read from QUCO_DATA_DIR), or a JSON/JSONL file
+    # of {question, cot, answer}
     exemplars: str = "builtin:hotpotqa"
     fewshot: int = Field(8, ge=0)
-    template: str | None = None  # prompt layout (see quco.prompts templates); None: the method's own
+    # prompt layout: "quco", "baseline" (ours), "published:new_prompt_v1" etc. (QuCo-RAG's
+    # src/prompt_templates.json, read from QUCO_DATA_DIR), or FILE#KEY; None: the method's own
+    template: str | None = None
+    # Layout settings over the template's; None keeps the template's (ours unless the template file sets them).
+    # before the exemplars ("Examples:\n" in QuCo-RAG's prompts, "" in DRAGIN's)
+    exemplar_header: str | None = None
+    shot_separator: str | None = None  # after each exemplar: ours "\n\n"; the published code's "\n"
+    # before the question's "Question:" line, e.g. the published HotpotQA instruction line
+    question_prefix: str | None = None
+    # a passage as "Title: text" (ours) or its text alone (the published code's "[i] text")
+    passage_format: Literal["title_text", "text"] | None = None
 
 
 class GenerationConfig(_Section):
