@@ -1,7 +1,7 @@
 """Evaluation speed on the evaluation model: questions per hour and prompt tokens evaluated per question.
 
 SR-RAG, FLARE and QuCo-RAG answer the same HotpotQA dev questions (configs/hotpotqa settings, generator
-``llamacpp`` with ``qwen2.5-1.5b-instruct``; pull it first with ``quco models pull qwen2.5-1.5b-instruct``)
+``llamacpp`` with ``qwen2.5-coder-1.5b-instruct``; pull it first with ``quco models pull qwen2.5-coder-1.5b-instruct``)
 through ``quco eval``'s own code path, once per mode, in one run:
 
     off       1 process, 1 decoding thread and every core evaluating prompts (llama-cpp-python's defaults, as
@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/
 from support.llama_server import _free_port  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-MODEL = "qwen2.5-1.5b-instruct"
+MODEL = "qwen2.5-coder-1.5b-instruct"
 SAME_AS_OFF = ("reuse", "threads2", "procs2")
 
 

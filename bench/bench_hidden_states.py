@@ -10,7 +10,7 @@ EigenScores of the samples from each, and whether llama.cpp's states are bit-ide
 and in reverse order. With ``--hf`` it also reads the last layer's attention over four of the continuations
 (the kind of text DRAGIN re-reads) on both engines and prints the seconds and the differences.
 
-    python bench/bench_hidden_states.py [--model qwen2.5-1.5b-instruct] [--samples 20] [--hf]
+    python bench/bench_hidden_states.py [--model qwen2.5-coder-1.5b-instruct] [--samples 20] [--hf]
 
 Wall-clock figures depend on the machine's load, printed beside them.
 """
@@ -67,7 +67,7 @@ def _attention(lc, hf, text: str) -> None:  # noqa: ANN001
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="qwen2.5-1.5b-instruct")
+    ap.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--hf", action="store_true", help="also read the states on transformers and compare")
     args = ap.parse_args()

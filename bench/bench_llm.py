@@ -4,7 +4,7 @@ Each phase runs in its own process so that load times and peak memory are those 
 ``convert`` converts the bundled GGUF into a fresh temporary cache (skip with ``--skip-convert``), ``cached``
 loads from the normal cache (``quco.paths.cache_dir()``) and measures generation and analysis.
 
-``--llamacpp MODEL`` instead measures the llama.cpp backend on a model (e.g. ``qwen2.5-1.5b-instruct``, the
+``--llamacpp MODEL`` instead measures the llama.cpp backend on a model (e.g. ``qwen2.5-coder-1.5b-instruct``, the
 evaluation model, or ``gemma3-270m``): prompt evaluation of a real 8-exemplar HotpotQA prompt with passages in
 batches of 256, 512 and 1024 tokens, the same prompt with its exemplars from the saved prefix state, the size
 and save/restore cost of that state, and greedy decoding, in CPU seconds (what the machine's load barely
@@ -14,13 +14,13 @@ digest of the prompt's greedy answer with its logprobs: two builds (e.g. one com
 
 ``--hf-reuse MODEL`` measures the transformers backend on a model's real 8-exemplar prompt (the one
 ``--llamacpp`` uses): the prompt evaluated in one pass, in the two passes of the shared-prefix rule, and with
-the exemplars' saved cache (``--hf-reuse qwen2.5-1.5b-instruct`` is the path DRAGIN and SeaKR take on the
+the exemplars' saved cache (``--hf-reuse qwen2.5-coder-1.5b-instruct`` is the path DRAGIN and SeaKR take on the
 evaluation model with ``generator.backend=hf`` or ``generator.analysis_backend=hf``), and whether the three give the same greedy answer; then the hidden states of four
 continuations of that prompt (SeaKR's pattern), one pass each against the prompt's saved context.
 
     python bench/bench_llm.py [--threads N] [--skip-convert] [--new-tokens 64]
-    python bench/bench_llm.py --llamacpp qwen2.5-1.5b-instruct [--threads 1]
-    python bench/bench_llm.py --hf-reuse qwen2.5-1.5b-instruct [--threads 2] [--new-tokens 16]
+    python bench/bench_llm.py --llamacpp qwen2.5-coder-1.5b-instruct [--threads 1]
+    python bench/bench_llm.py --hf-reuse qwen2.5-coder-1.5b-instruct [--threads 2] [--new-tokens 16]
 """
 
 from __future__ import annotations

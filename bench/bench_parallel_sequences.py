@@ -7,7 +7,7 @@ are decoded alone and then two at a time, with llama.cpp's unified KV cache and 
 It prints milliseconds per step, tokens per second over both sequences, and whether the first sequence's logits
 are bit-identical to decoding it alone (what `quco eval`'s reproducibility rule needs).
 
-    python bench/bench_parallel_sequences.py [--model qwen2.5-1.5b-instruct] [--steps 32] [--threads 2]
+    python bench/bench_parallel_sequences.py [--model qwen2.5-coder-1.5b-instruct] [--steps 32] [--threads 2]
                                             [--prompt-tokens 500]
 
 Wall-clock figures depend on the machine's load, printed beside them.
@@ -102,7 +102,7 @@ def run_mode(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="qwen2.5-1.5b-instruct")
+    ap.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt-tokens", type=int, default=500)

@@ -463,6 +463,49 @@ def test_random_trigger_draws_are_seeded_per_question(
     assert matched.pipe.method.p == rate.per_candidate and 0 < rate.per_candidate <= 1
 
 
+def test_quco_random_control_differs_from_quco_only_in_decisions(build: Any, hotpot_dev: list[dict]) -> None:
+    """QuCo-RAG flagging every claim (its thresholds at infinity) and its control flagging every claim (p_claim 1):
+    both fire on the same sentences, so everything but the decisions' evidence must be the same: drafts, the
+    claims judged, the queries (one per flagged claim, question + head + relation), passages, regenerations,
+    kept text, answer, LLM calls and tokens, retrievals. Only QuCo-RAG looks counts up."""
+    from quco.eval.identity import compare_question
+
+    options = {"stage1": False, "sentence_query": "question_head_relation", "stage2_passages": "merge"}
+    quco = build("quco", options | {"cooccurrence_threshold": math.inf, "head_threshold": math.inf})
+    control = build("quco-random", options | {"p_claim": 1.0, "seed": 5})
+    same_sentence = 0
+    for row in hotpot_dev[:3]:
+        a, b = quco.answer(row["question"]), control.answer(row["question"])
+        check_common(a)
+        check_common(b)
+        differences, _, steps = compare_question(
+            {"trace": a.trace.to_dict()},
+            {"trace": b.trace.to_dict()},
+            ignore=("triggers", "signals", "reason", "method", "corpus_queries", "corpus_unknown"),
+        )
+        assert differences == [] and steps == len(a.trace.steps)
+        claims_judged = 0
+        for x, y in zip(generate_steps(a), generate_steps(b), strict=True):
+            judged = [[c["triplet"] for c in s.get("claims", [])] for s in x.signals["sentences"]]
+            assert judged == [[c["triplet"] for c in s.get("claims", [])] for s in y.signals["sentences"]]
+            claims_judged += sum(map(len, judged))
+        assert (a.trace.counters.corpus_queries > 0) == (claims_judged > 0)
+        assert b.trace.counters.corpus_queries == 0
+        for x, y in zip(generate_steps(a), generate_steps(b), strict=True):
+            if x.decision != "retrieve":
+                continue
+            sentence = x.signals["flagged_sentence"]
+            assert y.signals["flagged_sentence"] == sentence
+            claims = next(s["claims"] for s in y.signals["sentences"] if s["sentence"] == sentence)
+            assert claims and all(c["flagged"] for c in claims)
+            heads = list(
+                dict.fromkeys(f"{row['question']} {c['triplet'][0]} {c['triplet'][1]}" for c in claims)
+            )
+            assert x.queries == y.queries == heads  # one query per flagged claim, QuCo-RAG's form
+            same_sentence += 1
+    assert same_sentence >= 1, "no question fired, so nothing was compared"
+
+
 def test_random_trigger_with_the_black_box_loop(build: Any, hotpot_dev: list[dict]) -> None:
     """unit: sentence = one check per drafted sentence, the temporary sentence dropped and searched with."""
     bundle = build("random", {"p": 0.5, "seed": 1, "unit": "sentence", "sentence_tokens": 16})

@@ -83,11 +83,20 @@ def test_every_threshold_from_two_runs_equals_a_run_at_that_threshold(
 
 
 def test_the_choice_is_the_best_em_within_the_retrieval_budget(runs) -> None:
-    exact = calibrate_from_runs([runs["always"], runs["never"]], "entity_threshold")
+    # without a margin required, the best EM, ties broken by fewer retrievals
+    exact = calibrate_from_runs([runs["always"], runs["never"]], "entity_threshold", min_margin=0.0)
     best = max(c.em for c in exact.candidates)
     assert exact.chosen.em == best
     fewest = min(c.retrievals_per_question for c in exact.candidates if c.em == best)
     assert exact.chosen.retrievals_per_question == fewest
+    # by default, a choice that fires always or never must beat every split by 3% of the questions (1 of 6 here)
+    kept = calibrate_from_runs([runs["always"], runs["never"]], "entity_threshold")
+    m = kept.margin
+    assert m is not None and m.needed == 1 and m.best == exact.chosen
+    if m.best_shape != "split" and m.split_margin is not None and m.split_margin < 1:
+        assert kept.chosen is m.best_split and 0 < kept.chosen.fired < max(c.fired for c in kept.candidates)
+    else:
+        assert kept.chosen == exact.chosen
     capped = calibrate_from_runs([runs["always"], runs["never"]], "entity_threshold", max_retrievals=0.0)
     assert capped.chosen.retrievals_per_question == 0.0 and capped.chosen.fired == 0
 
@@ -114,7 +123,43 @@ def test_the_command_prints_every_threshold_and_writes_the_best(runs, tmp_path: 
     exact = calibrate_from_runs([runs["always"], runs["never"]], "entity_threshold")
     assert "<- chosen" in result.output and f"{len(exact.candidates)} of" in result.output
     text = config.read_text("utf-8")
-    assert f"calibrated: best EM on hotpotqa questions 0:{N}" in text
+    note = exact.margin.note()
+    assert f"calibrated: best EM{', ' + note if note else ''} on hotpotqa questions 0:{N}" in text
+    assert "calibration questions" in result.output and "published shape" in result.output
     assert load_config(config).params["entity_threshold"] == exact.chosen.threshold
     missing = CliRunner().invoke(app, ["calibrate", "-c", str(config), "--target", "em", "--from-run", "x"])
     assert missing.exit_code == 2 and "--param" in missing.output
+
+
+def _cand(threshold: float, fired: int, em: float, retrievals: float = 1.0):  # noqa: ANN202
+    from quco.eval.calibrate_exact import ExactCandidate
+
+    return ExactCandidate(threshold, fired, True, em, em, retrievals, 1.0)
+
+
+def _shape(c) -> str:  # noqa: ANN001
+    return "never" if c.fired == 0 else "always" if c.fired == 100 else "split"
+
+
+def test_a_change_of_the_rules_shape_needs_three_questions_in_a_hundred() -> None:
+    """The HotpotQA calibration's numbers: always firing won by 1 question of 100 over the best split (EM 26 against
+    25), so the split is kept and the report says so; by 5 questions, always firing would stand."""
+    from quco.eval.calibrate_exact import margin
+
+    split, later_split = _cand(7470.2, 75, 0.25, 1.36), _cand(284881, 99, 0.25, 1.55)
+    never = _cand(0, 0, 0.20, 0.96)
+    ranked = [_cand(math.inf, 100, 0.26, 1.54), split, later_split, never]
+    m = margin(ranked, 100, _shape)
+    assert (m.best_shape, m.margin, m.split_margin, m.needed) == ("always", 1, 1, 3)
+    assert m.kept_shape and m.chosen is split and "published shape kept" in m.note()
+    text = "\n".join(m.lines("entity_threshold"))
+    assert "ahead of the runner-up entity_threshold=7470.2 by 1 of 100 calibration questions" in text
+    assert "always is 1 of 100 questions ahead of the best threshold of the published shape" in text
+    assert "fewer than 3: too few to change the rule's shape, so the published shape is kept" in text
+    m = margin([_cand(math.inf, 100, 0.30), split, never], 100, _shape)
+    assert not m.kept_shape and m.chosen.threshold == math.inf and m.note() == ""
+    assert "the rule's shape changes to always" in "\n".join(m.lines("entity_threshold"))
+    m = margin([split, _cand(math.inf, 100, 0.24), never], 100, _shape)  # a split won: nothing to keep
+    assert m.chosen is split and m.margin == 1 and "keeps the published shape" in m.lines("x")[1]
+    m = margin([never], 100, _shape)  # within a budget of 0 retrievals only "never" is left
+    assert m.chosen is never and m.margin is None and "stands" in m.lines("x")[1]

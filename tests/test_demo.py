@@ -13,7 +13,7 @@ from quco.trace import Step, Trace
 def test_demo_says_the_model_is_tiny_and_where_to_plug_in_a_real_one() -> None:
     assert "tiny base model" in cli.DEMO_NOTE
     assert "Plugging in real parts" in cli.DEMO_NOTE
-    assert "quco models pull qwen2.5-1.5b-instruct" in cli.DEMO_NOTE
+    assert "quco models pull qwen2.5-coder-1.5b-instruct" in cli.DEMO_NOTE
 
 
 def test_decision_path_lists_every_step_and_its_reason() -> None:

@@ -303,6 +303,7 @@ def test_calibrate_quco_stage_one_from_its_records(real_parts, tmp_path: Path) -
 
 
 def test_random_control_on_quco_loop_matched_per_stage(real_parts, tmp_path: Path) -> None:
+    from quco.methods.quco_random import claim_rate
     from quco.signals.chance import stage_rate
 
     draft = "Scott Derrickson was born in Stockholm. So the answer is no."
@@ -314,7 +315,15 @@ def test_random_control_on_quco_loop_matched_per_stage(real_parts, tmp_path: Pat
     results = tmp_path / "quco" / "results.jsonl"
     results.parent.mkdir()
     results.write_text(json.dumps({"id": "1", "trace": trace.to_dict()}) + "\n", "utf-8")
-    stage1, stage2 = stage_rate([trace], "before"), stage_rate([trace], "generate")
+    stage1, claims = stage_rate([trace], "before"), claim_rate([trace])
+    judged = [
+        c
+        for s in trace.steps
+        if s.stage == "generate"
+        for x in s.signals["sentences"]
+        for c in x.get("claims", [])
+    ]
+    assert claims.claims == len(judged) > 0 and claims.flagged == sum(c["flagged"] for c in judged)
 
     pipe, gen = make_pipeline(
         real_parts, "quco-random", ["Ed Wood was born in Poughkeepsie. So the answer is yes."] * 3,
@@ -322,7 +331,8 @@ def test_random_control_on_quco_loop_matched_per_stage(real_parts, tmp_path: Pat
     )  # fmt: skip
     method = pipe.method
     method.setup(pipe.parts)
-    assert (method.p1, method.p2) == (stage1.per_step, stage2.per_candidate)
+    assert (method.p1, method.p2) == (stage1.per_step, claims.per_claim)
+    assert method.matched_rates() == {"p_stage1": stage1.per_step, "p_claim": claims.per_claim}
     answered = pipe.answer(QUESTION)
     before = answered.steps[0]
     assert (before.triggers[0].signal, before.triggers[0].param, before.triggers[0].threshold) == (
@@ -333,7 +343,33 @@ def test_random_control_on_quco_loop_matched_per_stage(real_parts, tmp_path: Pat
     assert answered.counters.corpus_queries == 0  # chance instead of the corpus
     for step in answered.steps[1:]:
         for record in step.triggers:
-            assert record.param == "p_stage2" and record.threshold == method.p2
+            assert record.param == "p_claim" and record.threshold == method.p2
+
+
+def test_random_control_draws_only_for_claims_and_queries_as_quco(real_parts) -> None:
+    """A sentence without a claim is never flagged, whatever the chance; a flagged sentence queries once per
+    flagged claim, in QuCo-RAG's form; an old per-sentence chance is refused with what to do."""
+    from quco.errors import ConfigError
+
+    no_claim = "Thus, they are of the same kind. So the answer is yes."
+    pipe, _ = make_pipeline(real_parts, "quco-random", [no_claim], stage1=False, p_claim=1.0)
+    trace = pipe.answer(QUESTION)
+    (step,) = [s for s in trace.steps if s.stage == "generate"]
+    assert step.decision != "retrieve" and step.triggers[0].scores == [None]
+    two = "Scott Derrickson was born in Denver and Ed Wood was born in Poughkeepsie. So the answer is yes."
+    pipe, _ = make_pipeline(
+        real_parts, "quco-random", [two, "So the answer is yes."], stage1=False, p_claim=1.0,
+        sentence_query="question_head_relation",
+    )  # fmt: skip
+    trace = pipe.answer(QUESTION)
+    fired = next(s for s in trace.steps if s.decision == "retrieve")
+    claims = fired.signals["sentences"][0]["claims"]
+    assert len(claims) >= 2 and all(c["flagged"] for c in claims)
+    assert fired.queries == list(
+        dict.fromkeys(f"{QUESTION} {c['triplet'][0]} {c['triplet'][1]}" for c in claims)
+    )
+    with pytest.raises(ConfigError, match="p_stage2 .* was replaced by p_claim"):
+        method_class("quco-random")({"p_stage2": 0.1})
 
 
 # -- 8. the same-prompt ablation ----------------------------------------------------------------------------

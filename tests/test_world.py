@@ -504,18 +504,31 @@ def test_every_pool_config_has_a_world_twin(dataset):
     root = Path(__file__).resolve().parents[1] / "configs"
     pool_files = sorted((root / dataset).glob("*.yaml"))
     world_files = sorted((root / "world" / dataset).glob("*.yaml"))
-    assert sorted(p.name for p in world_files) == sorted(
-        [p.name for p in pool_files] + ["quco-published.yaml"]
-    )
+    published = [
+        "quco-published.yaml",
+        "quco-published-random.yaml",
+        "wo-rag-published.yaml",
+        "sr-rag-published.yaml",
+    ]
+    assert sorted(p.name for p in world_files) == sorted([p.name for p in pool_files] + published)
     for world_path in world_files:
-        pool_path = root / dataset / world_path.name.replace("quco-published", "quco")
+        pool_path = root / dataset / world_path.name.replace("-published", "")
+        if world_path.name == "quco-published-random.yaml":
+            pool_path = root / dataset / "quco-random.yaml"
         pool, world = load_config(pool_path), load_config(world_path)
         method_class(world.method)(world.params)  # parameters valid
-        assert (
-            world.method == pool.method
-            and world.prompt == pool.prompt
-            and world.generation == pool.generation
-        )
+        assert world.method == pool.method and world.generation == pool.generation
+        # the published prompt of the dataset (tests/test_published_prompts.py)
+        if "-published" in world_path.name:
+            assert world.prompt.exemplars == f"published:{dataset}"
+            assert world.prompt.fewshot == pool.prompt.fewshot and world.prompt.shot_separator == "\n"
+            assert world.prompt.passage_format == "text"
+            assert bool(world.prompt.question_prefix) == (dataset == "hotpotqa")
+            quco = world.method.startswith("quco")
+            assert world.prompt.template == ("published:new_prompt_v1" if quco else "published:llama-2")
+            assert world.prompt.exemplar_header == (None if quco else "")
+        else:
+            assert world.prompt == pool.prompt
         if world.method != "wo-rag":
             assert world.retriever.corpus == f"haystack:{dataset}"
         if world.method == "quco":
@@ -534,9 +547,11 @@ def test_every_pool_config_has_a_world_twin(dataset):
                 world.params.get("path_retriever") == "pipeline"
                 or world.params.get("standard_retriever") == "pipeline"
             )
-        elif world.method == "quco-random":  # QuCo-RAG's queries and passages, so only the decisions differ
-            quco = load_config(root / "world" / dataset / "quco.yaml").params
-            same = {k: quco[k] for k in ("sentence_query", "stage2_passages")}
+        elif world.method == "quco-random":
+            # its QuCo-RAG row's queries and passages: only the decisions differ
+            matched = "quco-published.yaml" if "published" in world_path.name else "quco.yaml"
+            quco = load_config(root / "world" / dataset / matched).params
+            same = {k: quco[k] for k in ("sentence_query", "stage2_passages") if k in quco}
             assert world.params == pool.params | same
         else:
             assert world.params == pool.params

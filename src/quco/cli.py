@@ -60,7 +60,7 @@ DEMO_QUESTIONS = (
 DEMO_NOTE = (
     "The default generator is Gemma-3-270m, a tiny base model: it follows the answer format, but most of its "
     "facts are wrong. It is here so that every decision can be watched on any laptop. For real answers, plug in "
-    "a real model (README, 'Plugging in real parts'): `quco models pull qwen2.5-1.5b-instruct` fetches the "
+    "a real model (README, 'Plugging in real parts'): `quco models pull qwen2.5-coder-1.5b-instruct` fetches the "
     "evaluation model, or point --set generator.backend=openai at any OpenAI-compatible server."
 )
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from quco.errors import ConfigError
 
@@ -21,6 +21,14 @@ from quco.errors import ConfigError
 # per query than a prompt could ever hold.
 MIN_CONTEXT_TOKENS = 128
 MAX_TOP_K = 1000
+
+
+def _model_name(name: str) -> str:
+    """A known model's current name for one of its aliases (an earlier name selects the same file), so that a
+    config reads, and a run is identified, the same under either."""
+    from quco.llm.models import canonical_model_name
+
+    return canonical_model_name(name)
 
 
 class _Section(BaseModel):
@@ -53,6 +61,11 @@ class GeneratorConfig(_Section):
     # the sampling judge's scores): the same model loaded a second time, e.g. generation on "llamacpp" and
     # analysis on "hf". None: the generator analyses what it generates.
     analysis_backend: Literal["hf"] | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _current_name(cls, value: str) -> str:
+        return _model_name(value)
 
 
 class RetrieverConfig(_Section):
@@ -100,12 +113,29 @@ class TextConfig(_Section):
     # the published extractor prompts unchanged; default: quco's own prompts.
     extractor_prompts: str | None = None
 
+    @field_validator("extractor_model")
+    @classmethod
+    def _current_name(cls, value: str | None) -> str | None:
+        return None if value is None else _model_name(value)
+
 
 class PromptConfig(_Section):
-    # "builtin:hotpotqa", "builtin:2wikimultihopqa", or a JSON/JSONL file of {question, cot, answer}
+    # "builtin:hotpotqa", "builtin:2wikimultihopqa", "builtin:pubmedqa" (ours), "published:hotpotqa",
+    # "published:2wikimultihopqa" (QuCo-RAG's src/data.py lists, read from QUCO_DATA_DIR), or a JSON/JSONL file
+    # of {question, cot, answer}
     exemplars: str = "builtin:hotpotqa"
     fewshot: int = Field(8, ge=0)
-    template: str | None = None  # prompt layout (see quco.prompts templates); None: the method's own
+    # prompt layout: "quco", "baseline" (ours), "published:new_prompt_v1" etc. (QuCo-RAG's
+    # src/prompt_templates.json, read from QUCO_DATA_DIR), or FILE#KEY; None: the method's own
+    template: str | None = None
+    # Layout settings over the template's; None keeps the template's (ours unless the template file sets them).
+    # before the exemplars ("Examples:\n" in QuCo-RAG's prompts, "" in DRAGIN's)
+    exemplar_header: str | None = None
+    shot_separator: str | None = None  # after each exemplar: ours "\n\n"; the published code's "\n"
+    # before the question's "Question:" line, e.g. the published HotpotQA instruction line
+    question_prefix: str | None = None
+    # a passage as "Title: text" (ours) or its text alone (the published code's "[i] text")
+    passage_format: Literal["title_text", "text"] | None = None
 
 
 class GenerationConfig(_Section):

@@ -20,7 +20,7 @@ from quco.errors import InputError
 from quco.inputs import check_text
 from quco.llm.base import ANALYSIS_CAPABILITIES, require
 from quco.methods import method_class
-from quco.prompts import load_exemplars, load_template
+from quco.prompts import configured_template, load_exemplars
 from quco.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -39,14 +39,13 @@ def prompt_identity(config: PipelineConfig) -> dict[str, str]:
     """
     import hashlib
     import json
-    from dataclasses import asdict
 
     name = config.prompt.template or method_class(config.method).template
     # read the files as they are now (the loaders' caches may hold an older version)
     exemplars = load_exemplars.__wrapped__(config.prompt.exemplars)[: config.prompt.fewshot]
-    template = load_template.__wrapped__(name)
+    template = configured_template(config.prompt, method_class(config.method).template, fresh=True)
     blob = json.dumps(
-        {"exemplars": [e.render() for e in exemplars], "template": asdict(template)}, sort_keys=True
+        {"exemplars": [e.render() for e in exemplars], "template": template.identity()}, sort_keys=True
     )
     return {"template": name, "sha256": hashlib.sha256(blob.encode("utf-8")).hexdigest()}
 
@@ -96,7 +95,7 @@ def assemble(
     else:
         text = build_text(config.text, generator=extractor_generator or generator)
     exemplars = load_exemplars(config.prompt.exemplars)[: config.prompt.fewshot]
-    template = load_template(config.prompt.template or method.template)
+    template = configured_template(config.prompt, method.template)
 
     retriever = corpus_stats = None
     if shape.retriever or shape.corpus_stats:

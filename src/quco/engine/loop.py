@@ -353,9 +353,12 @@ def finish(ctx: RunContext, protocol: AnswerProtocol) -> None:
         return
     start = time.perf_counter()
     tail = reprompt_tail(original, protocol)
-    demos = "".join(ex.render() for ex in ctx.parts.exemplars)
+    # The exemplars and question line as the template lays them out (the published re-prompt: its shots, each
+    # followed by one newline, and its question line with HotpotQA's prefix), without header or passages.
+    layout = ctx.parts.template
+    demos = "".join(ex.render(layout.shot_separator) for ex in ctx.parts.exemplars)
     prompt = Prompt(
-        f"{demos}Question: {trace.question}\nAnswer: {tail}", len(demos)
+        f"{demos}{layout.question_prefix}Question: {trace.question}\nAnswer: {tail}", len(demos)
     )  # demos: a shared prefix
     gen = ctx.generate(
         prompt, role=REPROMPT_ROLE, max_new_tokens=protocol.max_new_tokens, stop=list(protocol.stop)

@@ -30,6 +30,7 @@ import typer
 import yaml
 
 from quco.errors import ConfigError, QucoError
+from quco.eval.calibrate_exact import margin
 from quco.signals.record import TriggerRecord, crosses
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,8 @@ class CalibrationResult:
     predicted_rate: float  # share of those scores that fire at θ
     candidates: list[Candidate] = field(default_factory=list)
     param: str = "threshold"  # the method parameter θ is for
+    # Target 'em': how many questions separate the choice from the runner-up (quco.eval.calibrate_exact.Margin)
+    margin: Any = None
 
 
 # -- pure choices --------------------------------------------------------------------------------------------
@@ -267,15 +270,23 @@ def calibrate(
             continue
         log.info("evaluating %s = %g", param, theta)
         cands.append(_run(pipe, examples, param, theta).candidate)
-    best = best_candidate(cands)
+    best_candidate(cands)  # an error when there is none
+    ranked = sorted(cands, key=lambda c: (round(c.em, 9), -c.retrievals_per_question), reverse=True)
+
+    def shape_of(c: Candidate) -> str:
+        r = fire_rate(scores, c.threshold, rule)
+        return "never" if r == 0.0 else "always" if r == 1.0 else "split"
+
+    m = margin(ranked, len(examples), shape_of)
     return CalibrationResult(
-        best.threshold,
+        m.chosen.threshold,
         "em",
         len(examples),
         scores,
-        fire_rate(scores, best.threshold, rule),
+        fire_rate(scores, m.chosen.threshold, rule),
         cands,
         param=param,
+        margin=m,
     )
 
 
@@ -376,16 +387,22 @@ def _em_from_runs(
             ", ".join(exact.disagreements[:5]),
         )
     n = len(exact.questions)
+    best = exact.margin.best if exact.margin is not None else exact.chosen
     for c in exact.candidates:
         if not c.covered:
             continue
         mark = "  <- chosen" if c is exact.chosen else ""
+        if c is best and c is not exact.chosen:
+            mark = "  <- best EM (a change of shape on too few questions)"
         console.print(
             f"θ={c.threshold:<12.6g} fires {c.fired:>3}/{n}  EM={100 * c.em:5.1f}  F1={100 * c.f1:5.1f}  "
             f"retrievals/q={c.retrievals_per_question:.2f}  LLM calls/q={c.llm_calls_per_question:.2f}{mark}"
         )
     covered = sum(c.covered for c in exact.candidates)
     console.print(f"{covered} of {len(exact.candidates)} distinct decision sets covered by the runs")
+    if exact.margin is not None:
+        for line in exact.margin.lines(param):
+            console.print(line, highlight=False, soft_wrap=True)
     scores = [q.score for q in exact.questions if q.score is not None]
     result = CalibrationResult(
         exact.chosen.threshold,
@@ -394,6 +411,7 @@ def _em_from_runs(
         scores,
         exact.chosen.fired / n if n else 0.0,
         param=param,
+        margin=exact.margin,
     )
     return result, exact.span, exact.dataset
 
@@ -478,6 +496,9 @@ def calibrate_command(
                 f"θ={c.threshold:.6g}  EM={c.em:.3f}  rate={c.retrieval_rate:.3f}  "
                 f"retrievals/q={c.retrievals_per_question:.2f}  LLM calls/q={c.llm_calls_per_question:.1f}"
             )
+        if result.candidates and result.margin is not None:  # from runs, _em_from_runs printed it
+            for line in result.margin.lines(result.param):
+                console.print(line, highlight=False, soft_wrap=True)
         console.print(
             f"{result.param} {result.threshold:.6g} ({target}; predicted firing rate "
             f"{result.predicted_rate:.3f} "
@@ -488,6 +509,8 @@ def calibrate_command(
             goal = f"rate {rate:g}" if target == "rate" else "best EM"
             if target == "em" and max_retrievals is not None:
                 goal += f" within {max_retrievals:g} retrievals/q"
+            if result.margin is not None and result.margin.note():
+                goal += f", {result.margin.note()}"
             note = (
                 f"calibrated: {goal} on {dataset} questions {questions} "
                 f"({datetime.now(UTC).date().isoformat()})"

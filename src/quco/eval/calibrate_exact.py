@@ -12,7 +12,7 @@ part of both).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,115 @@ class ExactCandidate:
     llm_calls_per_question: float = math.nan
 
 
+# A choice must beat the alternatives by at least this share of the calibration questions (3 of 100) to move the
+# rule away from its published shape (see ``Margin``).
+MIN_MARGIN = 0.03
+
+
+@dataclass(frozen=True)
+class Margin:
+    """How many calibration questions separate the best threshold from the runner-up, and whether that is enough.
+
+    The published rule retrieves for some questions and not others (a split). Firing on every question that can
+    fire ("always") or on none ("never") changes the rule's shape: QuCo-RAG's stage 1 becomes SR-RAG's first
+    step, or disappears. Such a choice stands only when it beats the best split by at least ``MIN_MARGIN`` of the
+    questions; otherwise the best split is kept, and the report says so. Candidates are any objects with
+    ``threshold`` and ``em`` (``ExactCandidate``, ``quco.eval.calibrate.Candidate``).
+    """
+
+    best: Any  # the highest EM within the budget
+    runner_up: Any | None  # the next in the ranking
+    questions: int  # calibration questions
+    margin: int | None  # questions the best answers right beyond the runner-up
+    best_shape: str  # "always", "never" or "split"
+    best_split: Any | None  # the best threshold of the published shape, when the best is not one
+    split_margin: int | None  # questions the best answers right beyond the best split
+    needed: int  # questions a change of shape must win by
+
+    @property
+    def kept_shape(self) -> bool:
+        """The best choice changed the rule's shape on too few questions, so the best split is kept."""
+        return (
+            self.best_shape != "split"
+            and self.best_split is not None
+            and self.split_margin is not None
+            and self.split_margin < self.needed
+        )
+
+    @property
+    def chosen(self) -> Any:
+        return self.best_split if self.kept_shape else self.best
+
+    def note(self) -> str:
+        """A few words for the config's calibration note when the shape was kept ("" otherwise)."""
+        if not self.kept_shape:
+            return ""
+        return (
+            f"published shape kept ({self.best_shape} was ahead by {self.split_margin} of {self.questions})"
+        )
+
+    def lines(self, param: str) -> list[str]:
+        """The report: the margin over the runner-up, and the shape decision when there was one."""
+        n = self.questions
+        out = []
+        if self.runner_up is None or self.margin is None:
+            out.append(f"{param}: no runner-up within the budget; the margin is unknown")
+        else:
+            out.append(
+                f"{param}={self.best.threshold:g} ({self.best_shape}) is ahead of the runner-up "
+                f"{param}={self.runner_up.threshold:g} by {self.margin} of {n} calibration questions "
+                f"(EM {100 * self.best.em:.1f} against {100 * self.runner_up.em:.1f})"
+            )
+        if self.best_shape == "split":
+            out.append(
+                "the choice keeps the published shape of the rule (it fires on some questions, not all)"
+            )
+        elif self.best_split is None or self.split_margin is None:
+            out.append(
+                f"no threshold of the published shape was evaluated within the budget; {self.best_shape} stands"
+            )
+        elif self.kept_shape:
+            out.append(
+                f"{self.best_shape} is {self.split_margin} of {n} questions ahead of the best threshold of the "
+                f"published shape ({param}={self.best_split.threshold:g}, EM {100 * self.best_split.em:.1f}), "
+                f"fewer than {self.needed}: too few to change the rule's shape, so the published shape is kept: "
+                f"{param}={self.best_split.threshold:g}"
+            )
+        else:
+            out.append(
+                f"{self.best_shape} is {self.split_margin} of {n} questions ahead of the best threshold of the "
+                f"published shape ({param}={self.best_split.threshold:g}), at least {self.needed}: the rule's "
+                f"shape changes to {self.best_shape}"
+            )
+        return out
+
+
+def margin(
+    ranked: Sequence[Any], n: int, shape_of: Callable[[Any], str], min_margin: float = MIN_MARGIN
+) -> Margin:
+    """The margins of ``ranked`` (candidates within the budget, best first) on ``n`` questions."""
+    if not ranked:
+        raise QucoError("no threshold candidate to choose from")
+    best, rest = ranked[0], list(ranked[1:])
+    runner = rest[0] if rest else None
+    shape = shape_of(best)
+    split = next((c for c in rest if shape_of(c) == "split"), None) if shape != "split" else None
+
+    def apart(other: Any) -> int:
+        return round((best.em - other.em) * n)
+
+    return Margin(
+        best,
+        runner,
+        n,
+        apart(runner) if runner is not None else None,
+        shape,
+        split,
+        apart(split) if split is not None else None,
+        math.ceil(min_margin * n - 1e-9),
+    )
+
+
 @dataclass
 class ExactCalibration:
     param: str
@@ -67,6 +176,7 @@ class ExactCalibration:
     runs: list[str]
     disagreements: list[str]  # questions whose two recordings of one decision answered differently
     dataset: str = ""
+    margin: Margin | None = None
 
     @property
     def span(self) -> str:
@@ -226,27 +336,51 @@ def candidates(questions: Sequence[Question], rule: str) -> list[ExactCandidate]
     return out
 
 
-def choose(cands: Sequence[ExactCandidate], max_retrievals: float | None = None) -> ExactCandidate:
-    """Highest EM among the covered candidates within the retrieval budget; ties: fewer retrievals, then F1."""
-    usable = [
+def _usable(cands: Sequence[ExactCandidate], max_retrievals: float | None) -> list[ExactCandidate]:
+    return [
         c
         for c in cands
         if c.covered and (max_retrievals is None or c.retrievals_per_question <= max_retrievals + 1e-9)
     ]
+
+
+def _rank(c: ExactCandidate) -> tuple[float, float, float]:
+    return (round(c.em, 9), -round(c.retrievals_per_question, 9), c.f1)
+
+
+def _best(cands: Sequence[ExactCandidate]) -> ExactCandidate:
+    return max(cands, key=_rank)
+
+
+def choose(cands: Sequence[ExactCandidate], max_retrievals: float | None = None) -> ExactCandidate:
+    """Highest EM among the covered candidates within the retrieval budget; ties: fewer retrievals, then F1."""
+    usable = _usable(cands, max_retrievals)
     if not usable:
         raise QucoError(
             "no threshold is covered by the runs"
             + (f" within {max_retrievals:g} retrievals per question" if max_retrievals is not None else "")
             + ": record one run where the decision always fires and one where it never does"
         )
-    return max(usable, key=lambda c: (round(c.em, 9), -round(c.retrievals_per_question, 9), c.f1))
+    return _best(usable)
 
 
 def calibrate_from_runs(
-    run_dirs: Sequence[str | Path], param: str, max_retrievals: float | None = None
+    run_dirs: Sequence[str | Path],
+    param: str,
+    max_retrievals: float | None = None,
+    min_margin: float = MIN_MARGIN,
 ) -> ExactCalibration:
+    """The threshold of best EM within the budget, kept to the published shape of the rule unless a change of
+    shape wins by at least ``min_margin`` of the questions (``Margin``)."""
     questions, rule, disagreements, dataset = collect(run_dirs, param)
     cands = candidates(questions, rule)
-    chosen = choose(cands, max_retrievals)
+    choose(cands, max_retrievals)  # an error when nothing is covered within the budget
+    ranked = sorted(_usable(cands, max_retrievals), key=_rank, reverse=True)
+    most = max(c.fired for c in cands)
+
+    def shape_of(c: ExactCandidate) -> str:
+        return "never" if c.fired == 0 else "always" if c.fired == most else "split"
+
+    m = margin(ranked, len(questions), shape_of, min_margin)
     runs = [str(d) for d in run_dirs]
-    return ExactCalibration(param, rule, questions, cands, chosen, runs, disagreements, dataset)
+    return ExactCalibration(param, rule, questions, cands, m.chosen, runs, disagreements, dataset, m)

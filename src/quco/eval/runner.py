@@ -38,7 +38,14 @@ from quco.datasets import Example, load_dataset, resolve_dataset
 from quco.errors import QucoError
 from quco.eval.metrics import score_prediction
 from quco.eval.parallel import bounded_as_completed, process_workers
-from quco.eval.runs import CONFIG_FILE, RESULTS_FILE, RunError, scan_results, unique_records
+from quco.eval.runs import (
+    CONFIG_FILE,
+    RESULTS_FILE,
+    RunError,
+    current_names,
+    scan_results,
+    unique_records,
+)
 from quco.machine import cpu_name, load_average
 from quco.paths import data_dir
 from quco.trace import Trace
@@ -350,7 +357,7 @@ def _check_or_write_config(
     now = datetime.now(UTC).isoformat(timespec="seconds")
     created = now
     if path.is_file():
-        stored = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        stored = current_names(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
         if stored and "answer_protocol" not in stored:
             raise RunError(f"{out} holds a run {_OLDER_RUN}: use another --out, or delete that directory")
         if stored.get("config_hash") != config_hash:

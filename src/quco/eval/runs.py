@@ -159,6 +159,21 @@ class Run:
         return [record_costs(r)[metric] for r in self.records]
 
 
+def current_names(config: dict[str, Any]) -> dict[str, Any]:
+    """A recorded ``config.yaml`` with its model names in their current form (an alias, such as the evaluation
+    model's earlier name, becomes the name): the run is compared and resumed as if recorded under it."""
+    from quco.llm.models import canonical_model_name
+
+    pipeline = config.get("pipeline")
+    if not isinstance(pipeline, dict):
+        return config
+    for section, key in (("generator", "model"), ("text", "extractor_model")):
+        part = pipeline.get(section)
+        if isinstance(part, dict) and isinstance(part.get(key), str):
+            part[key] = canonical_model_name(part[key])
+    return config
+
+
 def read_config(run_dir: Path) -> dict[str, Any]:
     path = run_dir / CONFIG_FILE
     try:
@@ -171,7 +186,7 @@ def read_config(run_dir: Path) -> dict[str, Any]:
         raise RunError(f"cannot read {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise RunError(f"{path} does not hold a mapping; it was not written by `quco eval`")
-    return data
+    return current_names(data)
 
 
 def load_run(run_dir: str | Path) -> Run:

