@@ -214,12 +214,12 @@ def test_gate_answers_as_wo_rag_when_kept_and_as_sr_rag_when_fired(tmp_path: Pat
         assert step["decision"] == "keep" and r["trace"]["counters"]["retrievals"] == 0
         feats = step["signals"]["features"]
         assert set(feats) == set(FEATURES)
-        for key in ("flare_max", "dragin_max", "etc_max", "dtr_nll", "question_words"):
+        for key in ("flare_max", "dragin_max", "etc_max", "etc_d1_max", "dtr_nll", "question_words"):
             assert feats[key] is not None
-        # every family's cost is counted in the trace: the re-reads of DRAGIN and ETC and DTR's direct answer
+        # every family's cost is counted in the trace: the re-read of DRAGIN and DTR's direct answer
         counters = r["trace"]["counters"]
         fams = step["signals"]["families"]
-        assert counters["llm_calls"]["probe"] == sum(f["cost"]["llm_calls"] for f in fams.values()) == 3
+        assert counters["llm_calls"]["probe"] == sum(f["cost"]["llm_calls"] for f in fams.values()) == 2
         assert counters["corpus_queries"] == fams["corpus"]["cost"]["corpus_queries"] > 0
 
 

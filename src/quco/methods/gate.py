@@ -5,7 +5,8 @@ of that draft and of the question, computed by the other methods' own signal cod
 reach, so each feature is exactly what that method would have looked at:
 - ``flare``: token uncertainty 1 - p of the draft (FLARE's ``TokenRAG`` scores; free, from the draft's logprobs);
 - ``dragin``: attention x entropy of the draft's words (DRAGIN's RIND; one re-read of the draft);
-- ``etc``: the smoothed second-order entropy trend weighted by attention (ETC; one re-read of prompt + draft);
+- ``etc``: ETC's smoothed second-order trend of word entropies, without ETC's attention weighting (free, from
+  the draft's entropies; the weighting needs a re-read of prompt + draft that costs more than the draft itself);
 - ``dtr``: the mean NLL of a short direct answer (DTR's UGT; one short generation);
 - ``corpus``: QuCo-RAG's statistics: the question's entity counts (stage 1) and the draft's claims (stage 2);
 - ``question``: its length and form (no model, no corpus).
@@ -34,12 +35,15 @@ from quco.engine.method import Check, Draft, Method, MethodParams, Shape
 from quco.llm.base import Capability
 from quco.methods.dragin import DRAGIN
 from quco.methods.dtr import DIRECT_PROMPT
-from quco.methods.etc import ETC
 from quco.methods.flare import FLARE
 from quco.methods.quco import QuCoRAG
+from quco.signals import spans
+from quco.signals.attention import max_per_group
 from quco.signals.dtr import mean_nll
 from quco.signals.gate_model import GateModel
 from quco.signals.record import TriggerRecord, score
+from quco.signals.trend import entropy_differences, smooth_second_order
+from quco.signals.words import content_words, is_content
 from quco.trace import Counters
 
 Family = Literal["flare", "dragin", "etc", "dtr", "corpus", "question"]
@@ -53,8 +57,8 @@ FEATURES: dict[str, str] = {
     "dragin_max": "dragin",  # max over sentences of DRAGIN's word value (attention x entropy x words)
     "dragin_mean": "dragin",  # mean over sentences of that maximum
     "dragin_first": "dragin",  # the first sentence's maximum
-    "etc_max": "etc",  # max over sentences of ETC's attention-weighted smoothed entropy trend
-    "etc_mean": "etc",
+    "etc_max": "etc",  # max over the draft's content words of ETC's smoothed second-order entropy trend
+    "etc_d1_max": "etc",  # max first-order entropy difference between consecutive content words
     "dtr_nll": "dtr",  # mean NLL of the short direct answer
     "entity_mean_log": "corpus",  # log10(1 + mean count) of the question's entities, as stage 1 reads it
     "entity_min_log": "corpus",  # log10(1 + count) of the rarest question entity
@@ -155,7 +159,7 @@ class Gate(Method):
     @property
     def shape(self) -> Shape:
         needs = {Capability.TEXT, Capability.LOGPROBS, Capability.ENTROPY}
-        if {"dragin", "etc"} & set(self.families):
+        if "dragin" in self.families:
             needs.add(Capability.ATTENTION)
         return replace(self.SHAPE, corpus_stats="corpus" in self.families, needs=frozenset(needs))
 
@@ -173,10 +177,6 @@ class Gate(Method):
     @cached_property
     def _dragin(self) -> DRAGIN:
         return DRAGIN({"threshold": _NEVER, "attention_layer": self.params.attention_layer})
-
-    @cached_property
-    def _etc(self) -> ETC:
-        return ETC({"threshold": _NEVER, "attention_layer": self.params.attention_layer})
 
     @cached_property
     def _quco(self) -> QuCoRAG:
@@ -227,11 +227,20 @@ class Gate(Method):
     def _family_etc(
         self, draft: Draft, question: str, ctx: RunContext, out: dict[str, Any]
     ) -> dict[str, Any]:
-        sentences = self._etc.check(draft, question, ctx).signals.get("sentences", [])
-        scores = [s["score"] for s in sentences]
-        out["etc_max"] = max(scores) if scores else None
-        out["etc_mean"] = float(np.mean(scores)) if scores else None
-        return {"sentence_scores": scores}
+        gen = draft.generation
+        if gen is None or not gen.entropies:
+            return {}
+        # ETC's words (punctuation apart), a word's entropy the max over its tokens, content words only.
+        words = spans.group_words(gen.tokens, split_punct=True)
+        owner = spans.assign(spans.token_positions(gen.tokens), [(w.start, w.end) for w in words])
+        entropy = max_per_group(gen.entropies, spans.group_by(owner, len(words)))
+        real = content_words(gen.text, ctx.parts.text.nlp())
+        content = [is_content(w.text, real) for w in words]
+        s1, s2 = entropy_differences(entropy, content)
+        smoothed = smooth_second_order(s2)
+        out["etc_max"] = float(smoothed.max()) if smoothed.size else None
+        out["etc_d1_max"] = float(s1.max()) if s1.size else None
+        return {}
 
     def _family_dtr(
         self, draft: Draft, question: str, ctx: RunContext, out: dict[str, Any]
