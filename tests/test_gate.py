@@ -188,21 +188,31 @@ def world(tmp_path_factory: pytest.TempPathFactory, small_hotpot_corpus: Path) -
     }
 
 
-def _eval(method: str, out: Path, world: dict, limit: int = 4, **params: object) -> None:
+def _eval(method: str, out: Path, world: dict, **params: object) -> list[dict]:
     cfg = load_config(overrides={**world, "params": dict(params)}, method=method)
-    run_eval(cfg, "hotpotqa", limit=limit, out_dir=out, progress=False)
+    run_eval(cfg, "hotpotqa", limit=4, out_dir=out, progress=False)
+    return load_run(out).records
 
 
-@pytest.mark.model
-def test_gate_answers_as_wo_rag_when_kept_and_as_sr_rag_when_fired(tmp_path: Path, world: dict) -> None:
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory, world: dict) -> dict[str, Path]:
+    """Wo-RAG, SR-RAG and the gate recording its features (fire: never) on the same 4 questions."""
+    root = tmp_path_factory.mktemp("gate-runs")
     for method, params, name in (
         ("wo-rag", {}, "wo"),
         ("sr-rag", {}, "sr"),
         ("gate", {"fire": "never"}, "never"),
-        ("gate", {"fire": "always", "families": ["question"]}, "always"),
     ):
-        _eval(method, tmp_path / name, world, **params)
-    wo, sr, never, always = (load_run(tmp_path / n).records for n in ("wo", "sr", "never", "always"))
+        _eval(method, root / name, world, **params)
+    return {"wo": root / "wo", "sr": root / "sr", "never": root / "never", "root": root}
+
+
+@pytest.mark.model
+def test_gate_answers_as_wo_rag_when_kept_and_as_sr_rag_when_fired(
+    runs: dict[str, Path], world: dict
+) -> None:
+    always = _eval("gate", runs["root"] / "always", world, fire="always", families=["question"])
+    wo, sr, never = (load_run(runs[n]).records for n in ("wo", "sr", "never"))
     assert [r["prediction"] for r in never] == [r["prediction"] for r in wo]
     assert [r["prediction"] for r in always] == [r["prediction"] for r in sr]
     for a, s in zip(always, sr, strict=True):
@@ -225,19 +235,16 @@ def test_gate_answers_as_wo_rag_when_kept_and_as_sr_rag_when_fired(tmp_path: Pat
 
 @pytest.mark.model
 def test_a_fitted_gate_run_live_takes_the_decisions_the_frontier_predicted(
-    tmp_path: Path, world: dict
+    runs: dict[str, Path], world: dict
 ) -> None:
-    _eval("gate", tmp_path / "closed", world, limit=6, fire="never")
-    _eval("sr-rag", tmp_path / "open", world, limit=6)
-    data = load_gate_data([tmp_path / "closed"], [tmp_path / "open"])
-    assert len(data) == 6
+    data = load_gate_data([runs["never"]], [runs["sr"]])
+    assert len(data) == 4
     model = signal_gate(data, "flare_max", budget=0.5)
-    gate_file = tmp_path / "gate.json"
+    gate_file = runs["root"] / "gate.json"
     model.save(gate_file)
     predicted = model.scores(data.features) >= model.threshold
-    assert 0 < predicted.sum() <= 3
-    _eval("gate", tmp_path / "live", world, limit=6, fire="model", model=str(gate_file))
-    live = load_run(tmp_path / "live").records
+    assert predicted.sum() == 2
+    live = _eval("gate", runs["root"] / "live", world, fire="model", model=str(gate_file))
     decided = [r["trace"]["steps"][0]["decision"] == "retrieve" for r in live]
     assert decided == predicted.tolist()
     # the live gate computed only the family its file reads
@@ -245,3 +252,46 @@ def test_a_fitted_gate_run_live_takes_the_decisions_the_frontier_predicted(
     # and its answers are those the two recorded runs give
     expect = np.where(predicted, data.open_em, data.closed_em)
     assert [float(r["em"]) for r in live] == expect.tolist()
+
+
+@pytest.mark.model
+def test_the_results_table_draws_each_datasets_frontier(runs: dict[str, Path], tmp_path: Path) -> None:
+    from quco.eval.gate.section import gate_sections, html_parts, markdown_lines
+    from quco.eval.plan import Plan
+
+    gate_file = tmp_path / "g.json"
+    GateModel("signal", ["question_words"], threshold=10.0).save(gate_file)
+    plan = Plan.model_validate(
+        {
+            "out": str(tmp_path),
+            "datasets": [
+                {
+                    "name": "hotpotqa",
+                    "offset": 0,
+                    "limit": 2,
+                    "calibration": {"offset": 2, "limit": 2},
+                    "gate": {
+                        "closed": [str(runs["never"])],
+                        "open": [str(runs["sr"])],
+                        "gates": {"words": str(gate_file)},
+                        "figure": str(tmp_path / "fig.png"),
+                    },
+                },
+                {
+                    "name": "2wikimultihopqa",
+                    "limit": 2,
+                    "calibration": {"offset": 2, "limit": 2},
+                    "gate": {"closed": [str(runs["never"])], "open": [str(tmp_path / "none")]},
+                },
+            ],
+        }
+    )
+    ready, missing = gate_sections(plan, [], n_boot=100)
+    assert ready.report is not None and ready.report.n == 2 and ready.report.n_calibration == 2
+    assert ready.figure == tmp_path / "fig.png" and ready.figure.stat().st_size > 10_000
+    text = "\n".join(markdown_lines([ready, missing], tmp_path / "results.md"))
+    assert "![EM against retrievals per question, hotpotqa](fig.png)" in text
+    assert "| flare_max |" in text and "| words |" in text
+    assert missing.report is None and "Not yet:" in text and "not a quco run directory" in missing.problem
+    page = "".join(html_parts([ready], lambda head, rows, cls: f"<table>{len(rows)}</table>"))
+    assert "data:image/png;base64," in page and "<table>" in page

@@ -91,6 +91,16 @@ class Row(_Strict):
         return self.label or self.name
 
 
+class GatePlan(_Strict):
+    """A dataset's retrieval-gate frontier (docs/gate.md): run directories and fitted gates, paths from the root."""
+
+    closed: list[str]  # closed-book `gate` runs with fire: never (their traces hold the features)
+    open: list[str]  # retrieval (SR-RAG) runs of the same questions
+    gates: dict[str, str] = Field(default_factory=dict)  # label: a gate file of `quco gate fit`
+    lines: list[str] | None = None  # signals drawn as lines in the figure (default: all)
+    figure: str | None = None  # the PNG (default: docs/figures/gate-DATASET.png)
+
+
 class DatasetPlan(_Strict):
     name: str  # a dataset name of `quco eval --dataset`
     title: str | None = None
@@ -104,6 +114,7 @@ class DatasetPlan(_Strict):
     reprompt: bool = False
     note: str | None = None
     rows: list[Row] = Field(default_factory=list)
+    gate: GatePlan | None = None  # the frontier of every gate signal at equal cost, beside the rows
 
     @property
     def span(self) -> Span:

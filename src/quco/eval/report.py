@@ -377,6 +377,7 @@ def write_report(
     baseline: int = 0,
     title: str = "quco evaluation report",
     n_boot: int = 10_000,
+    extra_html: str = "",
 ) -> Path:
     """Write the comparison of ``run_dirs`` to ``out_html``; the run at position ``baseline`` is compared to."""
     runs = [r if isinstance(r, Run) else load_run(r) for r in run_dirs]
@@ -399,7 +400,7 @@ def write_report(
     body = (
         f"<h1>{_esc(title)}</h1><p class='muted'>Generated {generated}. Dataset: {_esc(', '.join(datasets))}.</p>"
         f"<ul>{run_list}</ul>{world_html(runs)}<h2>Comparison</h2>{_summary_table(runs, summaries)}"
-        f"{_paired_table(runs, runs[baseline])}{_detection_table(runs, n_boot)}"
+        f"{_paired_table(runs, runs[baseline])}{_detection_table(runs, n_boot)}{extra_html}"
         f"<h2>Plots</h2><div class='plots'>{''.join(plots)}</div>{_questions_table(runs)}"
     )
     page = (

@@ -28,6 +28,9 @@ from typing import Any
 from quco.errors import QucoError
 from quco.eval.cli import FIRING_COLUMNS, SUMMARY_COLUMNS, eval_command, firing_rates, format_rate
 from quco.eval.detection import DETECTION_HEAD, Detection, detection, detection_cells
+from quco.eval.gate.section import GateSection, gate_sections
+from quco.eval.gate.section import html_parts as gate_html
+from quco.eval.gate.section import markdown_lines as gate_markdown
 from quco.eval.plan import DatasetPlan, Plan, PlanError, Row, check_config_notes
 from quco.eval.runs import CONFIG_FILE, Run, load_run
 from quco.eval.stats import Comparison, Interval, compare, summarize
@@ -529,7 +532,13 @@ def _legend(plan: Plan) -> str:
     )
 
 
-def render_markdown(plan: Plan, results: Sequence[RowResult], plan_path: str) -> str:
+def render_markdown(
+    plan: Plan,
+    results: Sequence[RowResult],
+    plan_path: str,
+    gates: Sequence[GateSection] = (),
+    path: Path | None = None,
+) -> str:
     complete = sum(1 for r in results if r.status == "complete")
     lines = [
         BEGIN,
@@ -547,13 +556,16 @@ def render_markdown(plan: Plan, results: Sequence[RowResult], plan_path: str) ->
         lines += _md_table(*sec.runs)
         if sec.notes:
             lines += [""] + [f"- {n}" for n in sec.notes]
+    lines += gate_markdown(gates, path or Path(plan.markdown))
     lines += ["", END]
     return "\n".join(lines) + "\n"
 
 
-def write_markdown(plan: Plan, results: Sequence[RowResult], path: Path, plan_path: str) -> Path:
+def write_markdown(
+    plan: Plan, results: Sequence[RowResult], path: Path, plan_path: str, gates: Sequence[GateSection] = ()
+) -> Path:
     """Write the tables between the markers of ``path`` (the text around them is kept), or a new file."""
-    block = render_markdown(plan, results, plan_path)
+    block = render_markdown(plan, results, plan_path, gates, path)
     if path.is_file():
         text = path.read_text(encoding="utf-8")
         start, end = text.find(BEGIN.split(" (")[0]), text.find(END)
@@ -589,6 +601,7 @@ def write_html(
     path: Path,
     plan_path: str,
     reports: dict[str, Path] | None = None,
+    gates: Sequence[GateSection] = (),
 ) -> Path:
     """The tables as one self-contained HTML page, linking each dataset's full report when written."""
     from quco.eval.report import _CSS
@@ -614,6 +627,7 @@ def write_html(
         parts.append(_html_table(*sec.runs, "runs"))
         if sec.notes:
             parts.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in sec.notes) + "</ul>")
+    parts += gate_html(gates, _html_table)
     page = (
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(plan.title)}</title>"
         f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>"
@@ -629,8 +643,11 @@ def _relative(target: Path, start: Path) -> str:
     return os.path.relpath(target.resolve(), start.resolve())
 
 
-def write_reports(plan: Plan, results: Sequence[RowResult]) -> dict[str, Path]:
-    """One ``quco report`` per dataset over its rows with records (OUT/DATASET/report.html)."""
+def write_reports(
+    plan: Plan, results: Sequence[RowResult], gates: Sequence[GateSection] = ()
+) -> dict[str, Path]:
+    """One ``quco report`` per dataset over its rows with records (OUT/DATASET/report.html), with its gate
+    frontier when there is one."""
     from quco.eval.report import write_report
 
     written = {}
@@ -641,8 +658,13 @@ def write_reports(plan: Plan, results: Sequence[RowResult]) -> dict[str, Path]:
         names = [r.row.name for r in rows]
         baseline = names.index(ds.baseline) if ds.baseline in names else 0
         out = Path(plan.out) / ds.name / "report.html"
+        extra = gate_html([g for g in gates if g.dataset is ds], _html_table)
         written[ds.name] = write_report(
-            [r.run for r in rows], out, baseline=baseline, title=f"{plan.title}: {_header(ds)}"
+            [r.run for r in rows],
+            out,
+            baseline=baseline,
+            title=f"{plan.title}: {_header(ds)}",
+            extra_html="".join(extra),
         )
     return written
 
@@ -657,8 +679,10 @@ def table(
 ) -> tuple[list[RowResult], list[Path]]:
     """``quco results table``: collect the runs and write the Markdown, the HTML page and the reports."""
     results = collect(plan, n_boot=n_boot)
-    written = [write_markdown(plan, results, markdown or Path(plan.markdown), plan_path)]
-    report_paths = write_reports(plan, results) if reports else {}
-    written.append(write_html(plan, results, html_path or Path(plan.html), plan_path, report_paths))
+    gates = gate_sections(plan, results, n_boot=min(n_boot, 2000))
+    written = [write_markdown(plan, results, markdown or Path(plan.markdown), plan_path, gates)]
+    report_paths = write_reports(plan, results, gates) if reports else {}
+    written.append(write_html(plan, results, html_path or Path(plan.html), plan_path, report_paths, gates))
+    written += [g.figure for g in gates if g.figure is not None]
     written += list(report_paths.values())
     return results, written

@@ -179,77 +179,103 @@ def _at(p: Point, r: RandomGate) -> str:
     return f"{_pct(p.em)} ({p.rate:.2f}; rnd {_pct(r.em_mean)}, p={r.p_at_least(p.em):.2f})"
 
 
-def markdown(report: FrontierReport) -> str:
-    lines: list[str] = []
+Table = tuple[list[str], list[list[str]]]
+
+
+def blocks(report: FrontierReport) -> list[str | Table]:
+    """The report as paragraphs and tables (head, rows), for Markdown and HTML alike."""
+    out: list[str | Table] = []
     b = list(report.random)
     c0, c1 = report.calibration
     e0, e1 = report.evaluation
-    lines.append(
+    out.append(
         f"Questions {e0}-{e1 - 1} ({report.n}); directions, fitted gates and their thresholds from questions "
         f"{c0}-{c1 - 1} ({report.n_calibration}). Closed-book EM {_pct(report.closed.em)} "
         f"(F1 {_pct(report.closed.f1)}), retrieval for every question EM {_pct(report.opened.em)} "
         f"(F1 {_pct(report.opened.f1)}); the oracle gate reaches EM {_pct(report.oracle[-1].em)} at "
         f"{report.oracle[-1].rate:.3f} retrievals per question."
     )
-    lines.append("")
     head = ["gate", "reads", "dir", "AUROC helps", "AUROC wrong"] + [f"EM at {x:g} r/q" for x in b]
-    lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + "---|" * len(head))
     orc = [at_budget(report.oracle, x) for x in b]
-    lines.append(
-        "| oracle | — | — | — | — | " + " | ".join(f"{_pct(p.em)} ({p.rate:.2f})" for p in orc) + " |"
-    )
-    lines.append(
-        "| random (mean [95% of draws]) | — | — | 0.50 | 0.50 | "
-        + " | ".join(
-            f"{_pct(r.em_mean)} [{_pct(r.em_low)}, {_pct(r.em_high)}]" for r in report.random.values()
-        )
-        + " |"
+    rows = [["oracle", "—", "—", "—", "—"] + [f"{_pct(p.em)} ({p.rate:.2f})" for p in orc]]
+    rows.append(
+        ["random (mean [95% of draws])", "—", "—", "0.50", "0.50"]
+        + [f"{_pct(r.em_mean)} [{_pct(r.em_low)}, {_pct(r.em_high)}]" for r in report.random.values()]
     )
     for row in report.rows:
-        d = "+" if row.direction > 0 else "−"
-        if row.kind == "fitted":
-            d = "fit"
+        d = "fit" if row.kind == "fitted" else ("+" if row.direction > 0 else "−")
         cells = [row.name, ", ".join(row.families), d, _auc(row.auroc_helps), _auc(row.auroc_wrong)]
-        cells += [_at(row.budgets[x], row.random[x]) for x in b]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
-    lines.append(
-        "Each cell: EM of the gate firing on its top-scored questions without exceeding the budget "
-        "(retrievals per question it reached), the random gate's mean EM at the same number of firings, and "
-        "the share of 10,000 random gates at least as good (p)."
+        rows.append(cells + [_at(row.budgets[x], row.random[x]) for x in b])
+    out.append((head, rows))
+    out.append(
+        "Each EM cell: the gate firing on its top-scored questions without exceeding the budget (the "
+        "retrievals per question it reached), the random gate's mean EM at the same number of firings, and p, "
+        "the share of 10,000 random gates at least as good. dir: the direction read on the calibration "
+        "questions (+: higher retrieves)."
     )
     fitted = [r for r in report.rows if r.kind == "fitted" and r.chosen is not None]
     if fitted:
-        lines.append("")
-        lines.append("Fitted gates at the threshold chosen on the calibration split (what a live run does):")
-        lines.append("")
-        lines.append(
-            "| gate | target budget | retrievals/q | EM | F1 | vs retrieval always | vs random at its rate | LLM calls/q |"
+        out.append(
+            "Fitted gates at the threshold chosen on the calibration questions (what a live run does):"
         )
-        lines.append("|---|---|---|---|---|---|---|---|")
+        head = [
+            "gate",
+            "budget",
+            "retrievals/q",
+            "EM",
+            "F1",
+            "vs retrieval always",
+            "vs random",
+            "LLM calls/q",
+        ]
+        rows = []
         for r in fitted:
-            ch, rnd = r.chosen, r.chosen_random
-            assert ch is not None and rnd is not None and r.chosen_vs_open is not None and r.model is not None
-            vs = r.chosen_vs_open
-            lines.append(
-                f"| {r.name} | {r.model.budget} | {ch.rate:.3f} | {_pct(ch.em)} | {_pct(ch.f1)} | "
-                f"{100 * vs.diff.mean:+.1f} [{100 * vs.diff.low:+.1f}, {100 * vs.diff.high:+.1f}], "
-                f"p={vs.p_value:.3f} | {_pct(rnd.em_mean)}, p={rnd.p_at_least(ch.em):.3f} | "
-                f"{ch.costs['llm_calls']:.2f} |"
+            ch, rnd, vs = r.chosen, r.chosen_random, r.chosen_vs_open
+            assert ch is not None and rnd is not None and vs is not None and r.model is not None
+            rows.append(
+                [
+                    r.name,
+                    f"{r.model.budget}",
+                    f"{ch.rate:.3f}",
+                    _pct(ch.em),
+                    _pct(ch.f1),
+                    f"{100 * vs.diff.mean:+.1f} [{100 * vs.diff.low:+.1f}, {100 * vs.diff.high:+.1f}], "
+                    f"p={vs.p_value:.3f}",
+                    f"{_pct(rnd.em_mean)}, p={rnd.p_at_least(ch.em):.3f}",
+                    f"{ch.costs['llm_calls']:.2f}",
+                ]
             )
+        out.append((head, rows))
     if report.family_costs:
+        out.append("What each family of signals costs per question, on top of the closed-book draft:")
+        head = ["family", "LLM calls", "prompt tokens", "generated tokens", "corpus queries", "seconds"]
+        rows = [
+            [
+                fam,
+                f"{c.get('llm_calls', 0):.2f}",
+                f"{c.get('prompt_tokens', 0):.0f}",
+                f"{c.get('generated_tokens', 0):.1f}",
+                f"{c.get('corpus_queries', 0):.1f}",
+                f"{c.get('seconds', 0):.2f}",
+            ]
+            for fam, c in report.family_costs.items()
+        ]
+        out.append((head, rows))
+    return out
+
+
+def markdown(report: FrontierReport) -> str:
+    lines: list[str] = []
+    for block in blocks(report):
+        if isinstance(block, str):
+            lines += [block, ""]
+            continue
+        head, rows = block
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "---|" * len(head))
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
         lines.append("")
-        lines.append("What each family of signals costs per question, on top of the closed-book draft:")
-        lines.append("")
-        lines.append("| family | LLM calls | prompt tokens | generated tokens | corpus queries | seconds |")
-        lines.append("|---|---|---|---|---|---|")
-        for fam, c in report.family_costs.items():
-            lines.append(
-                f"| {fam} | {c.get('llm_calls', 0):.2f} | {c.get('prompt_tokens', 0):.0f} | "
-                f"{c.get('generated_tokens', 0):.1f} | {c.get('corpus_queries', 0):.1f} | {c.get('seconds', 0):.2f} |"
-            )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
 def to_json(report: FrontierReport) -> dict[str, Any]:

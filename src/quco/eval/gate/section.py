@@ -1,0 +1,137 @@
+"""The results table's gate section: each dataset's frontier, its figure, and the table's rows as points."""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from quco.errors import QucoError
+from quco.eval.gate.data import load_gate_data
+from quco.eval.gate.report import FrontierReport, blocks, build_report, figure
+from quco.eval.plan import DatasetPlan, Plan
+from quco.signals.gate_model import GateModel
+
+
+@dataclass
+class GateSection:
+    dataset: DatasetPlan
+    report: FrontierReport | None
+    figure: Path | None
+    problem: str = ""
+
+
+def _points(ds: DatasetPlan, results: Sequence[Any], ids: set[str]) -> dict[str, tuple[float, float, float]]:
+    """Each complete row of the dataset at its measured cost, over the frontier's questions."""
+    out = {}
+    for r in results:
+        if r.dataset is not ds or r.status != "complete" or r.run is None:
+            continue
+        recs = [x for x in r.run.records if str(x["id"]) in ids and x.get("trace")]
+        if len(recs) != len(ids):
+            continue  # a subset row (SeaKR's 50) is not on the same questions
+        n = len(recs)
+        retrievals = sum(float(x["trace"]["counters"].get("retrievals", 0)) for x in recs) / n
+        out[r.row.name] = (
+            sum(float(x.get("em") or 0) for x in recs) / n,
+            sum(float(x.get("f1") or 0) for x in recs) / n,
+            retrievals,
+        )
+    return out
+
+
+def gate_sections(plan: Plan, results: Sequence[Any], n_boot: int = 2000) -> list[GateSection]:
+    """The frontier of every dataset whose plan has a ``gate`` entry; a problem instead when its runs fall short."""
+    out = []
+    for ds in plan.datasets:
+        g = ds.gate
+        if g is None:
+            continue
+        if ds.calibration is None:
+            out.append(
+                GateSection(ds, None, None, "the dataset has no calibration questions to fit gates on")
+            )
+            continue
+        try:
+            data = load_gate_data(g.closed, g.open)
+            gates = [(label, GateModel.load(path)) for label, path in g.gates.items()]
+        except QucoError as exc:
+            out.append(GateSection(ds, None, None, str(exc)))
+            continue
+        cal, ev = (
+            data.between(ds.calibration.offset, ds.calibration.end),
+            data.between(ds.offset, ds.span.end),
+        )
+        if len(cal) < ds.calibration.limit or len(ev) < ds.limit:
+            out.append(
+                GateSection(
+                    ds,
+                    None,
+                    None,
+                    f"the gate runs answer {len(ev)} of the {ds.limit} evaluated and {len(cal)} of the "
+                    f"{ds.calibration.limit} calibration questions in both runs; the frontier waits for all",
+                )
+            )
+            continue
+        points = _points(ds, results, set(ev.ids))
+        titles = {row.name: row.title for row in ds.rows}
+        report = build_report(
+            data,
+            (ds.calibration.offset, ds.calibration.end),
+            (ds.offset, ds.span.end),
+            dataset=ds.title or ds.name,
+            gates=gates,
+            methods={titles.get(k, k): v for k, v in points.items()},
+            n_boot=n_boot,
+        )
+        path = Path(g.figure or f"docs/figures/gate-{ds.name}.png")
+        out.append(GateSection(ds, report, figure(report, path, g.lines)))
+    return out
+
+
+def markdown_lines(sections: Sequence[GateSection], markdown_path: Path) -> list[str]:
+    lines: list[str] = []
+    for sec in sections:
+        lines += ["", f"### Retrieval gates at equal cost: {sec.dataset.title or sec.dataset.name}", ""]
+        if sec.report is None:
+            lines.append(f"Not yet: {sec.problem}.")
+            continue
+        if sec.figure is not None:
+            rel = os.path.relpath(sec.figure.resolve(), markdown_path.parent.resolve())
+            lines += [f"![EM against retrievals per question, {sec.dataset.name}]({rel})", ""]
+        for block in blocks(sec.report):
+            if isinstance(block, str):
+                lines += [block, ""]
+            else:
+                head, rows = block
+                lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                lines += ["| " + " | ".join(r) + " |" for r in rows] + [""]
+    return lines
+
+
+def image_html(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f"<img class='plot' alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"
+
+
+def html_parts(sections: Sequence[GateSection], table: Any) -> list[str]:
+    """``table(head, rows, cls)`` renders a table as the page does."""
+    parts = []
+    for sec in sections:
+        title = sec.dataset.title or sec.dataset.name
+        parts.append(f"<h2>Retrieval gates at equal cost: {html.escape(title)}</h2>")
+        if sec.report is None:
+            parts.append(f"<p class='muted'>Not yet: {html.escape(sec.problem)}.</p>")
+            continue
+        if sec.figure is not None:
+            parts.append(image_html(sec.figure, f"EM against retrievals per question, {title}"))
+        for block in blocks(sec.report):
+            if isinstance(block, str):
+                parts.append(f"<p>{html.escape(block)}</p>")
+            else:
+                parts.append(table(*block, "gate"))
+    return parts
