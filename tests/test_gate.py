@@ -73,20 +73,22 @@ def test_frontier_points_are_exact_mixtures_of_the_two_runs() -> None:
 def test_oracle_and_random_bounds() -> None:
     data = synthetic()
     orc = oracle(data)
-    assert orc[-1].fired == int(data.helps.sum())
-    assert orc[-1].em == pytest.approx(
-        np.maximum(data.closed_em, data.open_em).mean() - data.hurts.mean() * 0 - 0
-    )
+    k = int(data.helps.sum())
+    best = np.maximum(data.closed_em, data.open_em).mean()
+    assert [p.fired for p in orc] == list(range(len(data) + 1))
+    assert orc[k].em == pytest.approx(best) and max(p.em for p in orc) == pytest.approx(best)
+    # it stays there until only the questions retrieval hurts are left, and ends at retrieving for all
+    assert orc[len(data) - int(data.hurts.sum())].em == pytest.approx(best)
+    assert orc[-1].em == pytest.approx(data.open_em.mean())
     # a perfect signal is on the oracle's curve up to the oracle's rate
     curve = frontier(data, data.feature("flare_max"))
-    k = int(data.helps.sum())
-    assert at_budget(curve, k / len(data)).em == pytest.approx(orc[-1].em)
+    assert at_budget(curve, k / len(data)).em == pytest.approx(best)
     rnd = random_gate(data, 10, draws=4000)
     exact = data.closed_em.mean() + (data.open_em - data.closed_em).sum() / len(data) * 10 / len(data)
     assert rnd.em_mean == pytest.approx(exact)
     assert rnd.em_low <= exact <= rnd.em_high
     assert abs(rnd.draws.mean() - exact) < 0.01
-    assert rnd.p_at_least(orc[-1].em) < 0.01 and rnd.p_at_least(0.0) == 1.0
+    assert rnd.p_at_least(best) < 0.01 and rnd.p_at_least(0.0) == 1.0
 
 
 def test_threshold_for_a_budget_never_exceeds_it() -> None:

@@ -144,11 +144,14 @@ def random_gate(data: GateData, fired: int, draws: int = 10_000, seed: int = 0) 
 
 
 def oracle(data: GateData) -> list[Point]:
-    """Firing only where retrieval helps, one question more at a time (the best any gate can do)."""
-    helps = np.flatnonzero(data.helps)
+    """The best any gate can do at each number of firings: first where retrieval turns a wrong answer right,
+    then where it changes nothing, last where it turns a right answer wrong."""
+    order = np.concatenate(
+        [np.flatnonzero(data.helps), np.flatnonzero(~data.helps & ~data.hurts), np.flatnonzero(data.hurts)]
+    )
     points = []
-    for k in range(len(helps) + 1):
+    for k in range(len(order) + 1):
         fire = np.zeros(len(data), dtype=bool)
-        fire[helps[:k]] = True
+        fire[order[:k]] = True
         points.append(point(data, fire))
     return points

@@ -31,7 +31,7 @@ from quco.eval.gate.frontier import (
     point,
     random_gate,
 )
-from quco.eval.stats import Interval, PairedResult, auroc, paired_test
+from quco.eval.stats import Interval, PairedResult, auc_value, auroc, paired_test
 from quco.methods.gate import FEATURES
 from quco.signals.gate_model import GateModel
 
@@ -51,6 +51,7 @@ class GateRow:
     curve: list[Point]
     budgets: dict[float, Point]
     random: dict[float, RandomGate]
+    calibration_auroc: float = math.nan  # "helps" on the calibration questions, in the chosen direction
     chosen: Point | None = None  # at the threshold chosen on the calibration split
     chosen_random: RandomGate | None = None
     chosen_vs_open: PairedResult | None = None
@@ -89,7 +90,14 @@ def _families(model: GateModel) -> list[str]:
 
 
 def _row(
-    data: GateData, model: GateModel, name: str, kind: str, budgets: Sequence[float], n_boot: int, seed: int
+    data: GateData,
+    model: GateModel,
+    name: str,
+    kind: str,
+    budgets: Sequence[float],
+    n_boot: int,
+    seed: int,
+    cal: GateData | None = None,
 ) -> GateRow:
     scores = model.scores(data.features)
     families = _families(model)
@@ -108,6 +116,8 @@ def _row(
         rand,
         model=model,
     )
+    if cal is not None and len(cal):
+        row.calibration_auroc = auc_value(model.scores(cal.features), cal.helps)
     if kind == "fitted":
         fire = fire_at(scores, model.threshold)
         row.chosen = point(data, fire, families, model.threshold)
@@ -148,6 +158,8 @@ def build_report(
         {b: random_gate(ev, int(math.floor(b * len(ev) + 1e-9)), seed=seed) for b in budgets},
         methods=dict(methods or {}),
     )
+    step = max(1, len(ev) // 40)
+    report.band = [random_gate(ev, k, draws=2000, seed=seed) for k in range(0, len(ev) + 1, step)]
     names = list(features) if features is not None else [f for f in FEATURES if f in ev.feature_names()]
     for name in names:
         if len(cal) == 0:
@@ -155,9 +167,9 @@ def build_report(
                 f"no calibration question in {calibration[0]}:{calibration[1]}: signals need a direction"
             )
         model = signal_gate(cal, name)
-        report.rows.append(_row(ev, model, name, "signal", budgets, n_boot, seed))
+        report.rows.append(_row(ev, model, name, "signal", budgets, n_boot, seed, cal))
     for name, model in gates:
-        report.rows.append(_row(ev, model, name, "fitted", budgets, n_boot, seed))
+        report.rows.append(_row(ev, model, name, "fitted", budgets, n_boot, seed, cal))
     report.family_costs = {
         fam: {k: float(v.mean()) for k, v in costs.items()} for fam, costs in ev.family_cost.items()
     }
@@ -315,56 +327,65 @@ def to_json(report: FrontierReport) -> dict[str, Any]:
     }
 
 
+def best_per_family(report: FrontierReport) -> list[str]:
+    """Each family's signal that ranked "retrieval helps" best on the calibration questions."""
+    best: dict[str, GateRow] = {}
+    for row in report.rows:
+        if row.kind != "signal" or math.isnan(row.calibration_auroc):
+            continue
+        fam = row.families[0]
+        if fam not in best or row.calibration_auroc > best[fam].calibration_auroc:
+            best[fam] = row
+    return [r.name for r in best.values()]
+
+
 def figure(report: FrontierReport, path: str | Path, lines_for: Sequence[str] | None = None) -> Path:
-    """EM against retrievals per question: a line per signal, the fitted gates, the bounds and the methods."""
+    """EM against retrievals per question: a line per signal (by default each family's best on the
+    calibration questions), the fitted gates, the oracle, the random gate's mean and 95% band, the methods."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.2, 4.6), dpi=120)
+    fig, ax = plt.subplots(figsize=(8.4, 4.6), dpi=120)
     n = report.n
-    rates = np.linspace(0, 1, 101)
+    data_rates = np.linspace(0, 1, 101)
     base, full = report.closed.em, report.opened.em
     ax.plot(
-        rates, 100 * (base + (full - base) * rates), color="0.4", lw=1, ls="--", label="random gate (mean)"
+        data_rates,
+        100 * (base + (full - base) * data_rates),
+        color="0.35",
+        lw=1,
+        ls="--",
+        label="random gate",
     )
-    fired = sorted(report.random.values(), key=lambda r: r.fired)
-    if fired:
-        ax.fill_between(
-            [r.fired / n for r in fired],
-            [100 * r.em_low for r in fired],
-            [100 * r.em_high for r in fired],
-            color="0.85",
-            label="random gate, 95% of draws",
-        )
+    if report.band:
+        xs = [r.fired / n for r in report.band]
+        ax.fill_between(xs, [100 * r.em_low for r in report.band], [100 * r.em_high for r in report.band],
+                        color="0.88", label="random, 95% of draws")  # fmt: skip
     orc = report.oracle
-    ax.plot(
-        [p.rate for p in orc] + [1.0],
-        [100 * p.em for p in orc] + [100 * full],
-        color="k",
-        lw=1.2,
-        label="oracle",
-    )
-    chosen = set(lines_for) if lines_for is not None else None
+    ax.plot([p.rate for p in orc], [100 * p.em for p in orc], color="k", lw=1.2, label="oracle")
+    chosen = set(lines_for) if lines_for is not None else set(best_per_family(report))
     for row in report.rows:
-        if chosen is not None and row.name not in chosen and row.kind != "fitted":
+        if row.name not in chosen and row.kind != "fitted":
             continue
-        xs, ys = [p.rate for p in row.curve], [100 * p.em for p in row.curve]
-        style = {"lw": 2.0} if row.kind == "fitted" else {"lw": 1.0, "alpha": 0.85}
-        ax.step(xs, ys, where="post", label=row.name, **style)
+        style = {"lw": 2.2} if row.kind == "fitted" else {"lw": 1.1, "alpha": 0.9}
+        label = row.name if row.kind == "fitted" else f"{row.name} ({'+' if row.direction > 0 else '−'})"
+        (line,) = ax.plot([p.rate for p in row.curve], [100 * p.em for p in row.curve], label=label, **style)
         if row.chosen is not None:
-            ax.plot([row.chosen.rate], [100 * row.chosen.em], "o", color=ax.lines[-1].get_color(), ms=6)
+            ax.plot([row.chosen.rate], [100 * row.chosen.em], "o", color=line.get_color(), ms=7)
     for label, (em, _f1, r) in report.methods.items():
         ax.plot([r], [100 * em], "s", ms=5, color="tab:red")
         ax.annotate(
-            label, (r, 100 * em), textcoords="offset points", xytext=(4, 3), fontsize=7, color="tab:red"
+            label, (r, 100 * em), textcoords="offset points", xytext=(4, 3), fontsize=6.5, color="tab:red"
         )
     ax.set_xlabel("retrievals per question")
     ax.set_ylabel("EM (%)")
-    ax.set_title(f"{report.dataset}: gates between closed-book and single retrieval (n={n})", fontsize=10)
+    ax.set_title(
+        f"{report.dataset}: closed-book answer or one retrieval, decided per question (n={n})", fontsize=10
+    )
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
