@@ -165,6 +165,24 @@ def test_question_features() -> None:
     assert question_features("What city is the capital of France?")["question_choice"] == 0.0
 
 
+@pytest.mark.model
+def test_the_consistency_family_samples_the_closed_book_answer(world: dict) -> None:
+    from quco.pipeline import Pipeline
+
+    cfg = load_config(
+        overrides={**world, "params": {"families": ["consistency"], "samples": 3}}, method="gate"
+    )
+    pipe = Pipeline.from_config(cfg, progress=False)
+    question = "Who was born first, Albert Einstein or Niels Bohr?"
+    first, again = pipe.answer(question), pipe.answer(question)
+    step = first.steps[0]
+    assert first.counters.llm_calls == {"main": 1, "sampler": 3}
+    assert len(step.signals["families"]["consistency"]["answers"]) == 3
+    feats = step.signals["features"]
+    assert 0.0 <= feats["consistency_agree"] <= 1.0 and 1 <= feats["consistency_distinct"] <= 4
+    assert again.steps[0].signals["features"] == feats  # seeded per question
+
+
 def test_the_method_refuses_a_model_gate_without_a_file(tmp_path: Path) -> None:
     gate = method_class("gate")
     with pytest.raises(ConfigError, match="params.model"):
@@ -225,7 +243,7 @@ def test_gate_answers_as_wo_rag_when_kept_and_as_sr_rag_when_fired(
         step = r["trace"]["steps"][0]
         assert step["decision"] == "keep" and r["trace"]["counters"]["retrievals"] == 0
         feats = step["signals"]["features"]
-        assert set(feats) == set(FEATURES)
+        assert set(feats) == {f for f, fam in FEATURES.items() if fam != "consistency"}
         for key in ("flare_max", "dragin_max", "etc_max", "etc_d1_max", "dtr_nll", "question_words"):
             assert feats[key] is not None
         # every family's cost is counted in the trace: the re-read of DRAGIN and DTR's direct answer

@@ -9,7 +9,9 @@ reach, so each feature is exactly what that method would have looked at:
   the draft's entropies; the weighting needs a re-read of prompt + draft that costs more than the draft itself);
 - ``dtr``: the mean NLL of a short direct answer (DTR's UGT; one short generation);
 - ``corpus``: QuCo-RAG's statistics: the question's entity counts (stage 1) and the draft's claims (stage 2);
-- ``question``: its length and form (no model, no corpus).
+- ``question``: its length and form (no model, no corpus);
+- ``consistency`` (only when asked for: it samples the answer ``samples`` times more): how many sampled
+  closed-book answers agree with the greedy one.
 
 ``fire: never`` records the features and keeps every draft (the closed-book run that ``quco gate frontier``
 reads); ``fire: always`` retrieves for every question; ``fire: model`` applies a gate file written by
@@ -20,6 +22,7 @@ of the same model, and its exact efficiency frontier can be read from those two 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import time
@@ -30,6 +33,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from quco.answer import extract_answer
 from quco.engine.context import RunContext
 from quco.engine.method import Check, Draft, Method, MethodParams, Shape
 from quco.llm.base import Capability
@@ -46,8 +50,9 @@ from quco.signals.trend import entropy_differences, smooth_second_order
 from quco.signals.words import content_words, is_content
 from quco.trace import Counters
 
-Family = Literal["flare", "dragin", "etc", "dtr", "corpus", "question"]
-FAMILIES: tuple[str, ...] = ("flare", "dragin", "etc", "dtr", "corpus", "question")
+Family = Literal["flare", "dragin", "etc", "dtr", "corpus", "question", "consistency"]
+FAMILIES: tuple[str, ...] = ("flare", "dragin", "etc", "dtr", "corpus", "question", "consistency")
+DEFAULT_FAMILIES: tuple[str, ...] = ("flare", "dragin", "etc", "dtr", "corpus", "question")
 # Each feature and the family that computes it.
 FEATURES: dict[str, str] = {
     "flare_max": "flare",  # max over the draft's sentences of the max token uncertainty (1 - p)
@@ -69,6 +74,8 @@ FEATURES: dict[str, str] = {
     "head_min_log": "corpus",  # log10(1 + the lowest head count of a 2-tuple claim)
     "question_words": "question",
     "question_choice": "question",  # 1: a comparison or yes/no form ("A or B", "both", "same", "Were ..."),
+    "consistency_agree": "consistency",  # share of sampled answers equal to the greedy one
+    "consistency_distinct": "consistency",  # distinct answers among the greedy one and the samples
 }
 _NEVER = 1e9  # a threshold the borrowed checks never reach: they score and keep
 _CHOICE = re.compile(r"\b(or|both|same|either)\b", re.IGNORECASE)
@@ -83,6 +90,10 @@ class GateParams(MethodParams):
     # The families computed. Default: every family with fire never/always, the model's own with fire: model.
     families: list[Family] | None = None
     dtr_max_new_tokens: int = Field(32, ge=1)
+    # The consistency family: closed-book answers sampled from the draft's prompt (role "sampler").
+    samples: int = Field(5, ge=2)
+    temperature: float = Field(1.0, gt=0)
+    seed: int = 0
     attention_layer: int = -1
 
     @model_validator(mode="after")
@@ -96,6 +107,13 @@ def question_features(question: str) -> dict[str, float]:
     q = question.strip()
     choice = bool(_CHOICE.search(q)) or q.lower().startswith(_YES_NO)
     return {"question_words": float(len(q.split())), "question_choice": float(choice)}
+
+
+def _answer_key(text: str) -> str:
+    """A sampled answer as compared: the stated answer, lower-cased, without punctuation and articles."""
+    answer = (extract_answer(text) or "").lower()
+    words = re.sub(r"[^\w\s]", " ", answer).split()
+    return " ".join(w for w in words if w not in ("a", "an", "the"))
 
 
 def _log(count: float | None) -> float | None:
@@ -146,7 +164,7 @@ class Gate(Method):
         elif self.gate is not None:
             chosen = {FEATURES[f] for f in self.gate.features if f in FEATURES}
         else:
-            chosen = set(FAMILIES)
+            chosen = set(DEFAULT_FAMILIES)
         if self.gate is not None:
             unknown = [f for f in self.gate.features if f not in FEATURES]
             if unknown:
@@ -161,6 +179,8 @@ class Gate(Method):
         needs = {Capability.TEXT, Capability.LOGPROBS, Capability.ENTROPY}
         if "dragin" in self.families:
             needs.add(Capability.ATTENTION)
+        if "consistency" in self.families:
+            needs.add(Capability.SAMPLING)
         return replace(self.SHAPE, corpus_stats="corpus" in self.families, needs=frozenset(needs))
 
     def setup(self, parts: Any) -> None:
@@ -288,6 +308,30 @@ class Gate(Method):
     ) -> dict[str, Any]:
         out.update(question_features(question))
         return {}
+
+    def _family_consistency(
+        self, draft: Draft, question: str, ctx: RunContext, out: dict[str, Any]
+    ) -> dict[str, Any]:
+        if not draft.prompt:
+            return {}
+        p = self.params
+        seed = (
+            int.from_bytes(hashlib.sha256(f"{p.seed}\x1f{question}".encode()).digest()[:4], "big")
+            & 0x7FFFFFFF
+        )
+        gens = ctx.generate(
+            draft.prompt,
+            role="sampler",
+            max_new_tokens=self.unit_tokens(ctx),
+            n=p.samples,
+            temperature=p.temperature,
+            seed=seed,
+        )
+        greedy = _answer_key(draft.text)
+        answers = [_answer_key(g.text) for g in gens]
+        out["consistency_agree"] = sum(a == greedy for a in answers) / len(answers) if answers else None
+        out["consistency_distinct"] = float(len({greedy, *answers}))
+        return {"answers": answers}
 
     # -- the decision --------------------------------------------------------------------------------
     def check(self, draft: Draft, question: str, ctx: RunContext) -> Check:
