@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from quco.config import load_config
-from quco.errors import ConfigError
+from quco.errors import ConfigError, QucoError
 from quco.eval.gate.data import COSTS, GateData, load_gate_data
 from quco.eval.gate.fit import logistic_gate, signal_gate
 from quco.eval.gate.frontier import at_budget, fire_at, frontier, oracle, point, random_gate, threshold_for
@@ -272,6 +272,11 @@ def test_a_fitted_gate_run_live_takes_the_decisions_the_frontier_predicted(
     # and its answers are those the two recorded runs give
     expect = np.where(predicted, data.open_em, data.closed_em)
     assert [float(r["em"]) for r in live] == expect.tolist()
+    # the gate file is part of the run's identity: a run does not resume with another gate
+    model.threshold = -1e9
+    model.save(gate_file)
+    with pytest.raises(QucoError, match="different configuration"):
+        _eval("gate", runs["root"] / "live", world, fire="model", model=str(gate_file))
 
 
 @pytest.mark.model
@@ -293,7 +298,7 @@ def test_the_results_table_draws_each_datasets_frontier(runs: dict[str, Path], t
                     "gate": {
                         "closed": [str(runs["never"])],
                         "open": [str(runs["sr"])],
-                        "gates": {"words": str(gate_file)},
+                        "gates": {"words": str(gate_file), "later": str(tmp_path / "later.json")},
                         "figure": str(tmp_path / "fig.png"),
                     },
                 },
@@ -312,6 +317,7 @@ def test_the_results_table_draws_each_datasets_frontier(runs: dict[str, Path], t
     text = "\n".join(markdown_lines([ready, missing], tmp_path / "results.md"))
     assert "![EM against retrievals per question, hotpotqa](fig.png)" in text
     assert "| flare_max |" in text and "| words |" in text
+    assert "The fitted gate 'later' is not there yet" in text
     assert missing.report is None and "Not yet:" in text and "not a quco run directory" in missing.problem
     page = "".join(html_parts([ready], lambda head, rows, cls: f"<table>{len(rows)}</table>"))
     assert "data:image/png;base64," in page and "<table>" in page

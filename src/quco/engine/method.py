@@ -206,6 +206,12 @@ class Method:
         matched run has changed (for example grown by more questions)."""
         return None
 
+    def inputs(self) -> dict[str, str] | None:
+        """Files this method reads that decide what it does (a fitted gate), by content hash, or None.
+
+        An evaluation run records them in its identity, so a run does not resume after such a file changed."""
+        return None
+
     def before(self, question: str, ctx: RunContext) -> Decision | None:
         """Pre-generation decision; None means the method has none."""
         return None

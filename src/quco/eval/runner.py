@@ -94,9 +94,13 @@ def _pipeline_identity(cfg: PipelineConfig) -> dict[str, Any]:
     from quco.pipeline import prompt_identity
 
     identity: dict[str, Any] = {"pipeline": cfg.model_dump(mode="json"), "prompt": prompt_identity(cfg)}
-    rates = method_class(cfg.method)(cfg.params).matched_rates()
+    method = method_class(cfg.method)(cfg.params)
+    rates = method.matched_rates()
     if rates is not None:
         identity["matched_rates"] = rates
+    inputs = method.inputs()
+    if inputs is not None:
+        identity["inputs"] = inputs
     return identity
 
 

@@ -28,6 +28,7 @@ import re
 import time
 from dataclasses import replace
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -36,6 +37,7 @@ from pydantic import Field, model_validator
 from quco.answer import extract_answer
 from quco.engine.context import RunContext
 from quco.engine.method import Check, Draft, Method, MethodParams, Shape
+from quco.errors import ConfigError
 from quco.llm.base import Capability
 from quco.methods.dragin import DRAGIN
 from quco.methods.dtr import DIRECT_PROMPT
@@ -173,6 +175,14 @@ class Gate(Method):
             if missing:
                 raise ValueError(f"the gate file reads features of families not computed: {sorted(missing)}")
         return tuple(f for f in FAMILIES if f in chosen)
+
+    def inputs(self) -> dict[str, str] | None:
+        if self.params.fire != "model" or not self.params.model:
+            return None
+        path = Path(self.params.model)
+        if not path.is_file():
+            raise ConfigError(f"gate file not found: {path}")
+        return {"gate": hashlib.sha256(path.read_bytes()).hexdigest()}
 
     @property
     def shape(self) -> Shape:

@@ -6,7 +6,7 @@ import base64
 import html
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ class GateSection:
     report: FrontierReport | None
     figure: Path | None
     problem: str = ""
+    notes: list[str] = field(default_factory=list)
 
 
 def _points(ds: DatasetPlan, results: Sequence[Any], ids: set[str]) -> dict[str, tuple[float, float, float]]:
@@ -58,10 +59,17 @@ def gate_sections(plan: Plan, results: Sequence[Any], n_boot: int = 2000) -> lis
             continue
         try:
             data = load_gate_data(g.closed, g.open)
-            gates = [(label, GateModel.load(path)) for label, path in g.gates.items()]
         except QucoError as exc:
             out.append(GateSection(ds, None, None, str(exc)))
             continue
+        gates, notes = [], []
+        for label, path in g.gates.items():
+            if Path(path).is_file():
+                gates.append((label, GateModel.load(path)))
+            else:
+                notes.append(
+                    f"The fitted gate '{label}' is not there yet ({path}; `quco gate fit` writes it)."
+                )
         cal, ev = (
             data.between(ds.calibration.offset, ds.calibration.end),
             data.between(ds.offset, ds.span.end),
@@ -89,7 +97,7 @@ def gate_sections(plan: Plan, results: Sequence[Any], n_boot: int = 2000) -> lis
             n_boot=n_boot,
         )
         path = Path(g.figure or f"docs/figures/gate-{ds.name}.png")
-        out.append(GateSection(ds, report, figure(report, path, g.lines)))
+        out.append(GateSection(ds, report, figure(report, path, g.lines), notes=notes))
     return out
 
 
@@ -103,7 +111,7 @@ def markdown_lines(sections: Sequence[GateSection], markdown_path: Path) -> list
         if sec.figure is not None:
             rel = os.path.relpath(sec.figure.resolve(), markdown_path.parent.resolve())
             lines += [f"![EM against retrievals per question, {sec.dataset.name}]({rel})", ""]
-        for block in blocks(sec.report):
+        for block in [*blocks(sec.report), *sec.notes]:
             if isinstance(block, str):
                 lines += [block, ""]
             else:
@@ -129,7 +137,7 @@ def html_parts(sections: Sequence[GateSection], table: Any) -> list[str]:
             continue
         if sec.figure is not None:
             parts.append(image_html(sec.figure, f"EM against retrievals per question, {title}"))
-        for block in blocks(sec.report):
+        for block in [*blocks(sec.report), *sec.notes]:
             if isinstance(block, str):
                 parts.append(f"<p>{html.escape(block)}</p>")
             else:
