@@ -11,6 +11,7 @@ converted models).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -118,6 +119,15 @@ def locked(
         yield
     finally:
         lock.release()
+
+
+def file_sha256(path: Path, block: int = 1 << 20) -> str:
+    """The sha256 of a file's bytes, read in blocks."""
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(block), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -48,6 +48,7 @@ from quco.eval.runs import (
 )
 from quco.machine import cpu_name, load_average
 from quco.paths import data_dir
+from quco.storage import file_sha256
 from quco.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -149,14 +150,6 @@ def _resolve_target(
         f"cannot evaluate a {type(target).__name__}: pass a config file, a PipelineConfig, a Pipeline, "
         "or a function question -> Trace"
     )
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _hash(identity: dict[str, Any]) -> str:
@@ -513,7 +506,7 @@ def run_eval(
         **tgt.identity,
         "dataset": {
             "name": ref.name,
-            "sha256": _sha256(ref.path),
+            "sha256": file_sha256(ref.path),
             "sample_seed": seed if sample is not None else None,
         },
         "answer_protocol": {"name": answer_protocol.name}

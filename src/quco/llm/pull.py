@@ -32,6 +32,7 @@ from filelock import FileLock, Timeout
 
 from quco.errors import QucoError
 from quco.llm.models import SIDECAR, KnownModel, is_present, model_dir, model_path
+from quco.storage import file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -54,11 +55,7 @@ class PullResult:
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(_BLOCK), b""):
-            h.update(block)
-    return h.hexdigest()
+    return file_sha256(path, _BLOCK)
 
 
 def _write_sidecar(model: KnownModel, path: Path) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from quco.errors import QucoError
+from quco.storage import write_text_atomic
 from quco.world.sources import ARTICLE_COUNT, ARTICLE_SHA256, POOLS
 
 log = logging.getLogger(__name__)
@@ -178,9 +179,7 @@ def record_world(run_dir: str | os.PathLike[str], config: Any) -> dict[str, Any]
                     f"({before[:12]}, now {after[:12]}): the corpus changed since; use another --out"
                 )
         rec["recorded"] = old.get("recorded", now)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(rec, indent=1, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(rec, indent=1, ensure_ascii=False))
     if rec["world"] == "pool":
         log.warning(
             "this run measures in a POOL world (a corpus built from the evaluated questions' own paragraphs); "
