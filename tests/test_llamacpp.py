@@ -205,6 +205,37 @@ def test_hidden_states_of_samples_start_from_the_sampled_prompt_exactly(local: L
     assert np.array_equal(full.hidden[layer][-1:], handed[0][0])
 
 
+def test_hidden_states_of_samples_read_together_equal_those_read_alone(local: LlamaCppGenerator) -> None:
+    """SeaKR's reads of one check's samples, together: one sequence per sample over the sampled prompt's state,
+    evaluated in one batch. The rows are those read one by one, up to llama.cpp's rounding of other batches;
+    texts that do not continue the prompt just sampled from are read one by one."""
+    exemplars = (
+        "Question: Who wrote Hamlet?\nAnswer: William Shakespeare wrote it. So the answer is Shakespeare.\n\n"
+        * 6
+    )
+    prompt = Prompt(exemplars + "Question: Where is the Prado?\nAnswer:", shared=len(exemplars))
+    layer = 9
+    local.analyze(PROMPT, hidden_layers=[layer])  # the reader exists from the first read on
+    samples = [g.text for g in local.generate(prompt, max_new_tokens=12, n=5, temperature=1.0, seed=8)]
+    texts = [Prompt(prompt + s, shared=len(prompt), inner=shared_levels(prompt)) for s in samples]
+    together = local.analyze_many(texts, hidden_layers=[layer], last_only=True)
+    alone = [local.analyze(t, hidden_layers=[layer], last_only=True) for t in texts]
+    n_prompt = local.count_tokens(prompt) + 1
+    for a, b in zip(together, alone, strict=True):
+        assert a.token_ids == b.token_ids and a.evaluated == b.evaluated == len(a.token_ids) - n_prompt
+        x, y = a.hidden[layer][0], b.hidden[layer][0]
+        assert a.hidden[layer].shape == (1, 640)
+        assert float(x @ y / np.linalg.norm(x) / np.linalg.norm(y)) > 0.9999
+        assert np.abs(x - y).max() <= 1e-2 * np.abs(y).max()
+    again = local.analyze_many(texts, hidden_layers=[layer], last_only=True)
+    assert all(np.array_equal(a.hidden[layer], b.hidden[layer]) for a, b in zip(together, again, strict=True))
+    elsewhere = Prompt(
+        exemplars + "Question: Where is the Uffizi?\nAnswer: It is in Florence.", shared=len(exemplars)
+    )
+    mixed = local.analyze_many([texts[0], elsewhere], hidden_layers=[layer], last_only=True)
+    assert np.array_equal(mixed[0].hidden[layer], alone[0].hidden[layer])  # read alone, as before
+
+
 def test_reproducible_mode_does_not_depend_on_earlier_prompts(local: LlamaCppGenerator) -> None:
     """A repeated prompt re-evaluates only its last token under plain prefix reuse, and llama.cpp's batch
     kernels then round differently: greedy text can change. Reproducible mode reuses whole batches only."""

@@ -17,6 +17,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -548,16 +549,53 @@ class LlamaCppGenerator(GeneratorBase):
                 attention = reader.attention(ids, att_block)
                 evaluated += len(ids)
             if blocks:
-                cuts = []
-                if self.shared_prefix and not truncated:
-                    counted = {self._prefix_ids.count(text, chars, ids) for chars in shared_levels(text)}
-                    cuts = [c for c in counted if MIN_SHARED_TOKENS <= c < len(ids)]
+                cuts = [] if truncated else self._cuts(text, ids)
                 rows, n = reader.read(ids, cuts, list(blocks.values()), last_only=ask.last_only)
                 hidden = {layer: rows[block] for layer, block in blocks.items()}
                 evaluated += n
         return Analysis(
             token_ids=ids, tokens=self._pieces(ids), attention=attention, hidden=hidden, evaluated=evaluated
         )
+
+    def _cuts(self, text: str, ids: list[int]) -> list[int]:
+        """Token ends of the shared levels ``text`` declares (``Prompt``), where they are worth a level."""
+        if not self.shared_prefix:
+            return []
+        counted = {self._prefix_ids.count(text, chars, ids) for chars in shared_levels(text)}
+        return [c for c in counted if MIN_SHARED_TOKENS <= c < len(ids)]
+
+    def analyze_many(self, texts: Sequence[str], **options: Any) -> list[Analysis]:
+        """``analyze`` of each text; with ``sample_batch``, the last position's hidden states of continuations of
+        the prompt just sampled from (SeaKR's reads) are read together (``AnalysisReader.read_together``): the
+        same rows as read one by one, up to llama.cpp's rounding of other batches."""
+        asked = {k: v for k, v in options.items() if v not in (None, False, (), [])}
+        layers = tuple(asked.get("hidden_layers", ()))
+        if not (
+            self.sample_batch and len(texts) > 1 and layers and set(asked) == {"hidden_layers", "last_only"}
+        ):
+            return super().analyze_many(texts, **options)
+        n_layers = self.num_layers
+        blocks = {layer: block_of(layer, n_layers) for layer in layers}
+        items: list[tuple[list[int], list[int]]] = []
+        for text in texts:
+            ids, truncated = self._encode(text, self.max_context_tokens)
+            if truncated:
+                return super().analyze_many(texts, **options)
+            items.append((ids, self._cuts(text, ids)))
+        with self._lock:
+            got = self._reader().read_together(items, list(blocks.values()))
+        if got is None:
+            return super().analyze_many(texts, **options)
+        rows, evaluated = got
+        return [
+            Analysis(
+                token_ids=ids,
+                tokens=self._pieces(ids),
+                hidden={layer: read[block] for layer, block in blocks.items()},
+                evaluated=n,
+            )
+            for (ids, _), read, n in zip(items, rows, evaluated, strict=True)
+        ]
 
     def _reader(self) -> AnalysisReader:
         """The second context that analyses read from (made on first use; the caller holds the lock)."""

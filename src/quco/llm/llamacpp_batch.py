@@ -33,11 +33,13 @@ class SampleBatchError(QucoError):
 
 class SampleBatch:
     """A context of ``llama``'s model for decoding several sequences over one prompt state, made on first use and
-    grown (made anew) when a call needs more sequences or cells than it has."""
+    grown (made anew) when a call needs more sequences or cells than it has. ``callback``: a graph callback for
+    the context (``quco.llm.llamacpp_analysis`` reads hidden states with it)."""
 
-    def __init__(self, llama: Any, llama_cpp: Any) -> None:
+    def __init__(self, llama: Any, llama_cpp: Any, callback: Any = None) -> None:
         self._llama = llama
         self._llama_cpp = llama_cpp
+        self._callback = callback
         self._ctx: Any = None
         self._batch: Any = None
         self.sequences = 0  # sequences the context holds at most
@@ -57,13 +59,16 @@ class SampleBatch:
         params.n_seq_max = sequences
         params.kv_unified = True  # the prompt's cells are held once, whatever the number of sequences
         params.n_batch = params.n_ubatch = max(int(params.n_batch), sequences)
+        if self._callback is not None:
+            params.cb_eval = self._callback
+            params.cb_eval_user_data = None
         try:
             self._ctx = _internals.LlamaContext(model=self._llama._model, params=params, verbose=False)
         except ValueError as exc:
             raise SampleBatchError(
                 f"llama.cpp could not create a context for {sequences} sequences and {cells} cells: {exc}"
             ) from exc
-        self._batch = _internals.LlamaBatch(n_tokens=sequences, embd=0, n_seq_max=1, verbose=False)
+        self._batch = _internals.LlamaBatch(n_tokens=int(params.n_batch), embd=0, n_seq_max=1, verbose=False)
         self.sequences, self.cells = sequences, cells
 
     @property
@@ -85,18 +90,27 @@ class SampleBatch:
         for seq in range(1, sequences):
             self._ctx.kv_cache_seq_cp(0, seq, -1, -1)
 
-    def step(self, tokens: Sequence[int], seqs: Sequence[int], pos: int) -> None:
-        """Decode one token of each sequence in ``seqs`` (all at position ``pos``), each row with its logits."""
+    def step(
+        self,
+        tokens: Sequence[int],
+        seqs: Sequence[int],
+        pos: int | Sequence[int],
+        logits: Sequence[bool] | None = None,
+    ) -> None:
+        """Decode one row per token: token i of sequence ``seqs[i]`` at position ``pos`` (one for all, or one per
+        row), with its logits unless ``logits`` says otherwise."""
         batch = self._batch.batch
-        for i, (token, seq) in enumerate(zip(tokens, seqs, strict=True)):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, True
+        positions = [pos] * len(tokens) if isinstance(pos, int) else pos
+        wanted = [True] * len(tokens) if logits is None else logits
+        for i, (token, seq, at, want) in enumerate(zip(tokens, seqs, positions, wanted, strict=True)):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, at, 1, want
             batch.seq_id[i][0] = seq
         batch.n_tokens = len(tokens)
         try:
             self._ctx.decode(self._batch)
         except RuntimeError as exc:
             raise SampleBatchError(
-                f"llama.cpp could not decode a step of {len(tokens)} sequences: {exc}"
+                f"llama.cpp could not decode {len(tokens)} rows of {len(set(seqs))} sequences: {exc}"
             ) from exc
 
     def logits(self, row: int) -> np.ndarray:
