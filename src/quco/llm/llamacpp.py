@@ -323,7 +323,8 @@ class LlamaCppGenerator(GeneratorBase):
         samples: list[Sample] = []
         with self._lock:
             shared = 0 if truncated else self._shared_tokens(r.prompt, ids)
-            if r.samples > 1 and self.sample_batch and self.reproducible:
+            together = r.samples <= self._llama_cpp.llama_max_parallel_sequences()
+            if r.samples > 1 and self.sample_batch and self.reproducible and together:
                 samples = self._batch_samples(ids, r, shared)
             else:
                 for k in range(r.samples):
