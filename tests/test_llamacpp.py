@@ -205,6 +205,37 @@ def test_hidden_states_of_samples_start_from_the_sampled_prompt_exactly(local: L
     assert np.array_equal(full.hidden[layer][-1:], handed[0][0])
 
 
+def test_hidden_states_of_samples_read_together_equal_those_read_alone(local: LlamaCppGenerator) -> None:
+    """SeaKR's reads of one check's samples, together: one sequence per sample over the sampled prompt's state,
+    evaluated in one batch. The rows are those read one by one, up to llama.cpp's rounding of other batches;
+    texts that do not continue the prompt just sampled from are read one by one."""
+    exemplars = (
+        "Question: Who wrote Hamlet?\nAnswer: William Shakespeare wrote it. So the answer is Shakespeare.\n\n"
+        * 6
+    )
+    prompt = Prompt(exemplars + "Question: Where is the Prado?\nAnswer:", shared=len(exemplars))
+    layer = 9
+    local.analyze(PROMPT, hidden_layers=[layer])  # the reader exists from the first read on
+    samples = [g.text for g in local.generate(prompt, max_new_tokens=12, n=5, temperature=1.0, seed=8)]
+    texts = [Prompt(prompt + s, shared=len(prompt), inner=shared_levels(prompt)) for s in samples]
+    together = local.analyze_many(texts, hidden_layers=[layer], last_only=True)
+    alone = [local.analyze(t, hidden_layers=[layer], last_only=True) for t in texts]
+    n_prompt = local.count_tokens(prompt) + 1
+    for a, b in zip(together, alone, strict=True):
+        assert a.token_ids == b.token_ids and a.evaluated == b.evaluated == len(a.token_ids) - n_prompt
+        x, y = a.hidden[layer][0], b.hidden[layer][0]
+        assert a.hidden[layer].shape == (1, 640)
+        assert float(x @ y / np.linalg.norm(x) / np.linalg.norm(y)) > 0.9999
+        assert np.abs(x - y).max() <= 1e-2 * np.abs(y).max()
+    again = local.analyze_many(texts, hidden_layers=[layer], last_only=True)
+    assert all(np.array_equal(a.hidden[layer], b.hidden[layer]) for a, b in zip(together, again, strict=True))
+    elsewhere = Prompt(
+        exemplars + "Question: Where is the Uffizi?\nAnswer: It is in Florence.", shared=len(exemplars)
+    )
+    mixed = local.analyze_many([texts[0], elsewhere], hidden_layers=[layer], last_only=True)
+    assert np.array_equal(mixed[0].hidden[layer], alone[0].hidden[layer])  # read alone, as before
+
+
 def test_reproducible_mode_does_not_depend_on_earlier_prompts(local: LlamaCppGenerator) -> None:
     """A repeated prompt re-evaluates only its last token under plain prefix reuse, and llama.cpp's batch
     kernels then round differently: greedy text can change. Reproducible mode reuses whole batches only."""
@@ -217,9 +248,19 @@ def test_reproducible_mode_does_not_depend_on_earlier_prompts(local: LlamaCppGen
 def test_samples_share_the_prompt_cache_stay_reproducible_and_stop_when_asked(
     local: LlamaCppGenerator,
 ) -> None:
-    """Samples after the first re-run only the prompt's last token; the result depends on the prompt alone."""
+    """Decoded one after another, samples after the first re-run only the prompt's last token; the result depends
+    on the prompt alone."""
+    local.sample_batch = False
+    try:
+        _sequential_samples_stay_reproducible(local)
+    finally:
+        local.sample_batch = True
+
+
+def _sequential_samples_stay_reproducible(local: LlamaCppGenerator) -> None:
     kw = {"max_new_tokens": 12, "temperature": 1.0, "n": 4, "seed": 5}
     first = [g.text for g in local.generate(PROMPT, **kw)]
+    assert [g.prompt_tokens_evaluated for g in local.generate(PROMPT, **kw)][1:] == [1, 1, 1]
     local.generate("Question: Who wrote Hamlet?\nAnswer:", max_new_tokens=4)
     assert [g.text for g in local.generate(PROMPT, **kw)] == first
     assert len(set(first)) > 1
@@ -232,6 +273,61 @@ def test_samples_share_the_prompt_cache_stay_reproducible_and_stop_when_asked(
         assert full.startswith(g.text), (g.text, full)  # same draws, ended early, nothing cut
         if len(full.split()) > 3:
             assert g.finish_reason == "stop" and len(g.text.split()) == 3 and len(g.token_ids) < 12
+
+
+def test_batched_samples_are_reproducible_counted_and_drawn_as_sequential_ones(
+    local: LlamaCppGenerator,
+) -> None:
+    """The n samples of one prompt decoded together: the prompt is evaluated once, every sequence draws from its
+    own seeded sampler, and the samples depend on the prompt and the seed alone, whatever ran before."""
+    exemplars = (
+        "Question: Who wrote Hamlet?\nAnswer: William Shakespeare wrote it. So the answer is Shakespeare.\n\n"
+        * 6
+    )
+    prompt = Prompt(exemplars + "Question: Where is the Louvre?\nAnswer:", shared=len(exemplars))
+    kw = {"max_new_tokens": 16, "temperature": 1.0, "top_k": 50, "top_p": 0.9, "n": 8, "seed": 21}
+    assert local.sample_batch  # the default
+    local.clear_cache()
+    first = local.generate(prompt, logprobs=True, entropy=True, **kw)
+    n_prompt = local.count_tokens(prompt) + 1
+    assert len(first) == 8 and len({g.text for g in first}) > 1
+    # counted as 8 generations of one prompt, evaluated once (by the first)
+    assert [g.prompt_tokens for g in first] == [n_prompt] * 8
+    assert (
+        first[0].prompt_tokens_evaluated == n_prompt
+        and [g.prompt_tokens_evaluated for g in first[1:]] == [0] * 7
+    )
+    for g in first:
+        assert "".join(g.tokens) == g.text and len(g.token_ids) == len(g.logprobs) == len(g.entropies)
+        assert all(lp <= 0 and math.isfinite(e) for lp, e in zip(g.logprobs, g.entropies, strict=True))
+    # something unrelated (another prompt greedy and sampled, with and without the batch), then the same call
+    local.generate("Question: Who painted the Mona Lisa?\nAnswer:", max_new_tokens=6)
+    local.generate(PROMPT, max_new_tokens=6, temperature=1.0, n=3, seed=2)
+    local.sample_batch = False
+    try:
+        sequential = local.generate(prompt, logprobs=True, entropy=True, **kw)
+    finally:
+        local.sample_batch = True
+    again = local.generate(prompt, logprobs=True, entropy=True, **kw)
+    assert [g.token_ids for g in again] == [g.token_ids for g in first]
+    assert [g.logprobs for g in again] == [g.logprobs for g in first]
+    assert [g.prompt_tokens_evaluated for g in again][1:] == [0] * 7  # the prompt's batches were reused
+    # the same sampler chain and seeds: the first token of the first sample comes from the same scores both ways
+    assert sequential[0].token_ids[0] == first[0].token_ids[0]
+    assert sequential[0].logprobs[0] == first[0].logprobs[0]
+    same = sum(a.token_ids == b.token_ids for a, b in zip(sequential, first, strict=True))
+    print(f"\nbatched samples equal to sequential ones: {same}/8")
+
+    def three_words(text: str) -> bool:
+        return len(text.split()) >= 3
+
+    short = local.generate(prompt, stop_when=three_words, stop=["\n"], **kw)
+    assert [g.token_ids for g in local.generate(prompt, stop_when=three_words, stop=["\n"], **kw)] == [
+        g.token_ids for g in short
+    ]
+    for g in short:
+        assert len(g.text.split()) <= 3 and "\n" not in g.text
+        assert g.finish_reason in ("stop", "eos") or len(g.token_ids) == 16
 
 
 def test_prefix_reuse_gives_identical_tokens_and_logprobs_in_any_order(

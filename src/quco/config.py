@@ -61,6 +61,9 @@ class GeneratorConfig(_Section):
     # the sampling judge's scores): the same model loaded a second time, e.g. generation on "llamacpp" and
     # analysis on "hf". None: the generator analyses what it generates.
     analysis_backend: Literal["hf"] | None = None
+    # -- backend "llamacpp": the n samples of one prompt (n > 1) decoded together, one batch per step over the
+    # prompt evaluated once; False: one after another (docs/serving.md) --
+    sample_batch: bool = True
 
     @field_validator("model")
     @classmethod

@@ -113,6 +113,17 @@ class RunContext:
         self.trace.counters.add_llm(role, len(result.token_ids), 0, evaluated=result.evaluated)
         return result
 
+    def analyze_many(self, texts: Sequence[str], *, role: str = "probe", **options: Any) -> list[Analysis]:
+        """Counted forward passes over several texts with the same options (one call per text), which the backend
+        may run together (``GeneratorBase.analyze_many``)."""
+        target = self.parts.analyzer or self.parts.generator
+        many = getattr(target, "analyze_many", None)
+        with self.timed("llm"):
+            results = many(texts, **options) if many else [target.analyze(t, **options) for t in texts]
+        for result in results:
+            self.trace.counters.add_llm(role, len(result.token_ids), 0, evaluated=result.evaluated)
+        return results
+
     def count_tokens(self, text: str) -> int:
         return self.parts.generator.count_tokens(text) if text else 0
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -406,6 +406,11 @@ class GeneratorBase:
         if last_only:
             analysis.hidden = {layer: rows[-1:] for layer, rows in analysis.hidden.items()}
         return analysis
+
+    def analyze_many(self, texts: Sequence[str], **options: Any) -> list[Analysis]:
+        """``analyze`` of each text, with the same options; a backend may read them together (``llamacpp`` does
+        for the last position's hidden states of continuations of one prompt)."""
+        return [self.analyze(text, **options) for text in texts]
 
     def _analyze(self, text: str, ask: AnalysisAsk) -> Analysis:
         raise NotImplementedError

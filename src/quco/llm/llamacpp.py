@@ -17,6 +17,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ from quco.llm.batching import (
     reusable,
 )
 from quco.llm.llamacpp_analysis import AnalysisReader, block_of
+from quco.llm.llamacpp_batch import SampleBatch
 from quco.llm.llamacpp_state import restore_sequence, save_sequence
 from quco.llm.models import default_gguf_path, named_gguf
 from quco.machine import usable_cores
@@ -135,6 +137,54 @@ class _Capture:
         return out
 
 
+class _Sequence:
+    """One continuation while it is decoded: its tokens, pieces and scores, and whether it has ended (at EOS, a
+    stop string, which ``generate`` cuts later, ``stop_when`` or the token limit)."""
+
+    def __init__(self, gen: LlamaCppGenerator, r: Request) -> None:
+        self._gen, self._r = gen, r
+        self.capture = _Capture() if r.logprobs or r.entropy else None
+        self.out = Sample()
+        self._text = ""
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def add(self, token: int) -> bool:
+        """Take the token drawn next (EOS is not kept); True once the sequence has ended."""
+        gen, r, out = self._gen, self._r, self.out
+        if gen._llama_cpp.llama_vocab_is_eog(gen.llama._model.vocab, token):
+            out.finish = "eos"
+            return True
+        piece = self._decoder.decode(gen.llama.detokenize([token]))
+        out.ids.append(token)
+        out.pieces.append(piece)
+        self._text += piece
+        capture = self.capture
+        if capture is not None and capture.last_logp is not None:
+            out.logprobs.append(float(capture.last_logp[token]))
+            out.entropies.append(capture.last_entropy)
+            if r.logprobs and gen.top_logprobs:
+                out.top.append(capture.top(gen.top_logprobs, gen._piece))
+        if (r.stops and any(s in self._text for s in r.stops)) or (
+            r.stop_when is not None and r.stop_when(self._text)
+        ):
+            out.finish = "stop"
+            return True
+        return len(out.ids) >= r.max_new_tokens
+
+    def draw(self, sampler: Any, context: Any, row: int, logits: np.ndarray | None) -> bool:
+        """Draw the next token with ``sampler`` from ``context``'s logits of ``row`` (``logits``: the same row, for
+        the scores asked for) and take it; True once the sequence has ended."""
+        if self.capture is not None and logits is not None:
+            self.capture(None, logits)  # type: ignore[arg-type]
+        return self.add(sampler.sample(context, row))
+
+    def done(self) -> Sample:
+        tail = self._decoder.decode(b"", final=True)
+        if tail and self.out.pieces:
+            self.out.pieces[-1] += tail
+        return self.out
+
+
 class LlamaCppGenerator(GeneratorBase):
     """A GGUF model in this process through llama-cpp-python: text, logprobs, exact entropy, sampling, and the
     attention and hidden states of a forward pass."""
@@ -161,6 +211,7 @@ class LlamaCppGenerator(GeneratorBase):
         model_path: str = "",
         top_logprobs: int = 5,
         reproducible: bool = True,
+        sample_batch: bool = True,
     ) -> None:
         self.llama = llama
         self.max_context_tokens = max_context_tokens
@@ -172,6 +223,10 @@ class LlamaCppGenerator(GeneratorBase):
         # evaluated state only where a fresh evaluation would have made the same batches: the output never
         # depends on the prompts asked before. False: llama-cpp-python's own reuse, as its server does.
         self.reproducible = reproducible
+        # The n samples of one prompt decoded together in one batch per step (quco.llm.llamacpp_batch), in
+        # reproducible mode; False: one after another, each re-running the prompt's last token.
+        self.sample_batch = sample_batch
+        self._sampling: SampleBatch | None = None  # their context, made on first use
         # Savings of reproducible mode; switching them off changes the speed, never the output.
         self.reuse = True  # reuse the state left by the previous prompt and the saved shared-prefix states
         self.shared_prefix = True  # split at a prompt's declared shared prefix and keep that prefix's state
@@ -224,6 +279,7 @@ class LlamaCppGenerator(GeneratorBase):
             max_context_tokens=config.max_context_tokens,
             model_path=str(path),
             top_logprobs=config.top_logprobs,
+            sample_batch=config.sample_batch,
         )
 
     def clear_cache(self) -> None:
@@ -235,6 +291,8 @@ class LlamaCppGenerator(GeneratorBase):
             self.llama._ctx.kv_cache_clear()
             if self._reader_ctx is not None:
                 self._reader_ctx.forget()
+            if self._sampling is not None:
+                self._sampling.forget()
 
     # ----------------------------------------------------------------------------------------------------------
     def count_tokens(self, text: str) -> int:
@@ -265,27 +323,24 @@ class LlamaCppGenerator(GeneratorBase):
         samples: list[Sample] = []
         with self._lock:
             shared = 0 if truncated else self._shared_tokens(r.prompt, ids)
-            for k in range(r.samples):
-                if not r.greedy:
-                    self.llama.set_seed(
-                        (r.seed + k) if r.seed is not None else int.from_bytes(os.urandom(4), "little")
-                    )
-                # Samples after the first reuse the prompt's cache and re-run only its last token.
-                samples.append(self._one(ids, r, same_prompt=k > 0, shared=shared))
+            together = r.samples <= self._llama_cpp.llama_max_parallel_sequences()
+            if r.samples > 1 and self.sample_batch and self.reproducible and together:
+                samples = self._batch_samples(ids, r, shared)
+            else:
+                for k in range(r.samples):
+                    if not r.greedy:
+                        self.llama.set_seed(self._sample_seed(r, k))
+                    # Samples after the first reuse the prompt's cache and re-run only its last token.
+                    samples.append(self._one(ids, r, same_prompt=k > 0, shared=shared))
         return [s.generation(r, len(ids), truncated, top=True) for s in samples]
 
     def _one(self, ids: list[int], r: Request, same_prompt: bool = False, shared: int = 0) -> Sample:
         """One continuation; it ends at EOS, a stop string (cut later, by ``generate``), ``stop_when`` or the
         token limit."""
         llama_cpp = self._llama_cpp
-        stops, stop_when, max_new_tokens = r.stops, r.stop_when, r.max_new_tokens
-        want_scores, want_top = r.logprobs or r.entropy, r.logprobs
-        capture = _Capture() if want_scores else None
-        processors = llama_cpp.LogitsProcessorList([capture]) if capture is not None else None
-        vocab = self.llama._model.vocab
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        out = Sample()
-        text = ""
+        seq = _Sequence(self, r)
+        processors = llama_cpp.LogitsProcessorList([seq.capture]) if seq.capture is not None else None
+        out = seq.out
         if not self.reproducible:  # llama-cpp-python's own prefix reuse (what it evaluates is not reported)
             feed, reset = ids, True
             out.evaluated = None
@@ -294,16 +349,8 @@ class LlamaCppGenerator(GeneratorBase):
             feed, reset = [ids[-1]], False
             out.evaluated = 1
         else:
-            try:
-                out.evaluated = self._prefill(ids, shared)
-            except BaseException:
-                self._ends, self._key = [], None  # a half-evaluated prompt is never reused
-                raise
-            if self._reader_ctx is not None and self._reader_ctx.wants_offers and self.reuse:
-                # hidden states of continuations of this prompt (SeaKR's samples) can start from its state
-                state = save_sequence(self._llama_cpp, self.llama._ctx)
-                if state is not None:
-                    self._reader_ctx.offer(len(self._key or ()), ids, state)
+            out.evaluated = self._evaluate_prompt(ids, shared)
+            self._offer(ids, None)
             feed, reset = [], False  # the prompt is evaluated: sample from its last batch's scores
         for token in self.llama.generate(
             feed,
@@ -316,30 +363,83 @@ class LlamaCppGenerator(GeneratorBase):
             repeat_penalty=1.0,
             logits_processor=processors,
         ):
-            if llama_cpp.llama_vocab_is_eog(vocab, token):
-                out.finish = "eos"
+            if seq.add(token):
                 break
-            piece = decoder.decode(self.llama.detokenize([token]))
-            out.ids.append(token)
-            out.pieces.append(piece)
-            text += piece
-            if capture is not None and capture.last_logp is not None:
-                out.logprobs.append(float(capture.last_logp[token]))
-                out.entropies.append(capture.last_entropy)
-                if want_top and self.top_logprobs:
-                    out.top.append(capture.top(self.top_logprobs, self._piece))
-            if stops and any(s in text for s in stops):
-                out.finish = "stop"
-                break
-            if stop_when is not None and stop_when(text):
-                out.finish = "stop"
-                break
-            if len(out.ids) >= max_new_tokens:
-                break
-        tail = decoder.decode(b"", final=True)
-        if tail and out.pieces:
-            out.pieces[-1] += tail
-        return out
+        return seq.done()
+
+    def _batch_samples(self, ids: list[int], r: Request, shared: int) -> list[Sample]:
+        """``r.n`` sampled continuations decoded together (``quco.llm.llamacpp_batch``): the prompt is evaluated
+        once, here, and every sequence's first token is drawn from its scores; the rest are decoded in one
+        batch per step, one row per sequence still running. Sequence k draws with seed ``seed + k``."""
+        llama = self.llama
+        evaluated = self._evaluate_prompt(ids, shared)
+        state = self._save()
+        self._offer(ids, state)
+        seqs = [_Sequence(self, r) for _ in range(r.n)]
+        seqs[0].out.evaluated = evaluated
+        for s in seqs[1:]:
+            s.out.evaluated = 0  # the prompt was evaluated once, for the first
+        samplers = []
+        for k in range(r.n):
+            llama.set_seed(self._sample_seed(r, k))
+            samplers.append(
+                llama._init_sampler(
+                    top_k=r.top_k,
+                    top_p=r.top_p,
+                    min_p=0.0,
+                    typical_p=1.0,
+                    temp=r.temperature,
+                    repeat_penalty=1.0,
+                )
+            )
+        try:
+            first = None
+            if seqs[0].capture is not None:
+                first = np.ctypeslib.as_array(llama._ctx.get_logits_ith(-1), shape=(llama.n_vocab(),)).copy()
+            active = []
+            for k, (s, sampler) in enumerate(zip(seqs, samplers, strict=True)):
+                if not s.draw(sampler, llama._ctx, -1, first):
+                    active.append(k)
+            if self._sampling is None:
+                self._sampling = SampleBatch(llama, self._llama_cpp)
+            batch = self._sampling
+            if active:
+                batch.start(state, len(ids), r.n, r.max_new_tokens)
+            pos = len(ids)
+            while active:
+                batch.step([seqs[k].out.ids[-1] for k in active], active, pos)
+                pos += 1
+                running = []
+                for row, k in enumerate(active):
+                    logits = batch.logits(row) if seqs[k].capture is not None else None
+                    if not seqs[k].draw(samplers[k], batch.context, row, logits):
+                        running.append(k)
+                active = running
+        finally:
+            for sampler in samplers:
+                sampler.close()
+        return [s.done() for s in seqs]
+
+    @staticmethod
+    def _sample_seed(r: Request, k: int) -> int:
+        return (r.seed + k) if r.seed is not None else int.from_bytes(os.urandom(4), "little")
+
+    def _evaluate_prompt(self, ids: list[int], shared: int) -> int:
+        """``_prefill``; a half-evaluated prompt is never reused."""
+        try:
+            return self._prefill(ids, shared)
+        except BaseException:
+            self._ends, self._key = [], None
+            raise
+
+    def _offer(self, ids: list[int], state: bytes | None) -> None:
+        """Hand the state of the prompt just evaluated to the analyses' context: hidden states of continuations
+        of this prompt (SeaKR's samples) can start from it."""
+        if self._reader_ctx is not None and self._reader_ctx.wants_offers and self.reuse:
+            if state is None:
+                state = save_sequence(self._llama_cpp, self.llama._ctx)
+            if state is not None:
+                self._reader_ctx.offer(len(self._key or ()), ids, state)
 
     def _rerun_last(self, ids: list[int]) -> bool:
         """Keep the cache of the prompt this call has just evaluated, except its last token, which runs again
@@ -450,16 +550,53 @@ class LlamaCppGenerator(GeneratorBase):
                 attention = reader.attention(ids, att_block)
                 evaluated += len(ids)
             if blocks:
-                cuts = []
-                if self.shared_prefix and not truncated:
-                    counted = {self._prefix_ids.count(text, chars, ids) for chars in shared_levels(text)}
-                    cuts = [c for c in counted if MIN_SHARED_TOKENS <= c < len(ids)]
+                cuts = [] if truncated else self._cuts(text, ids)
                 rows, n = reader.read(ids, cuts, list(blocks.values()), last_only=ask.last_only)
                 hidden = {layer: rows[block] for layer, block in blocks.items()}
                 evaluated += n
         return Analysis(
             token_ids=ids, tokens=self._pieces(ids), attention=attention, hidden=hidden, evaluated=evaluated
         )
+
+    def _cuts(self, text: str, ids: list[int]) -> list[int]:
+        """Token ends of the shared levels ``text`` declares (``Prompt``), where they are worth a level."""
+        if not self.shared_prefix:
+            return []
+        counted = {self._prefix_ids.count(text, chars, ids) for chars in shared_levels(text)}
+        return [c for c in counted if MIN_SHARED_TOKENS <= c < len(ids)]
+
+    def analyze_many(self, texts: Sequence[str], **options: Any) -> list[Analysis]:
+        """``analyze`` of each text; with ``sample_batch``, the last position's hidden states of continuations of
+        the prompt just sampled from (SeaKR's reads) are read together (``AnalysisReader.read_together``): the
+        same rows as read one by one, up to llama.cpp's rounding of other batches."""
+        asked = {k: v for k, v in options.items() if v not in (None, False, (), [])}
+        layers = tuple(asked.get("hidden_layers", ()))
+        if not (
+            self.sample_batch and len(texts) > 1 and layers and set(asked) == {"hidden_layers", "last_only"}
+        ):
+            return super().analyze_many(texts, **options)
+        n_layers = self.num_layers
+        blocks = {layer: block_of(layer, n_layers) for layer in layers}
+        items: list[tuple[list[int], list[int]]] = []
+        for text in texts:
+            ids, truncated = self._encode(text, self.max_context_tokens)
+            if truncated:
+                return super().analyze_many(texts, **options)
+            items.append((ids, self._cuts(text, ids)))
+        with self._lock:
+            got = self._reader().read_together(items, list(blocks.values()))
+        if got is None:
+            return super().analyze_many(texts, **options)
+        rows, evaluated = got
+        return [
+            Analysis(
+                token_ids=ids,
+                tokens=self._pieces(ids),
+                hidden={layer: read[block] for layer, block in blocks.items()},
+                evaluated=n,
+            )
+            for (ids, _), read, n in zip(items, rows, evaluated, strict=True)
+        ]
 
     def _reader(self) -> AnalysisReader:
         """The second context that analyses read from (made on first use; the caller holds the lock)."""
@@ -482,6 +619,9 @@ class LlamaCppGenerator(GeneratorBase):
             if self._reader_ctx is not None:
                 self._reader_ctx.close()
                 self._reader_ctx = None
+            if self._sampling is not None:
+                self._sampling.close()
+                self._sampling = None
             self.llama.close()
 
 

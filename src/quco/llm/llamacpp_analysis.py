@@ -35,6 +35,7 @@ import numpy as np
 
 from quco.errors import ConfigError, QucoError
 from quco.llm.batching import keep_recent
+from quco.llm.llamacpp_batch import SampleBatch
 from quco.llm.llamacpp_state import restore_sequence, save_sequence
 
 
@@ -76,6 +77,7 @@ class AnalysisReader:
     def __init__(self, llama: Any, llama_cpp: Any) -> None:
         from llama_cpp import _internals
 
+        self._llama = llama
         self._llama_cpp = llama_cpp
         self._ggml = _ggml(llama_cpp)
         self.n_embd = int(llama_cpp.llama_model_n_embd(llama._model.model))
@@ -101,6 +103,7 @@ class AnalysisReader:
         # hidden states have been read (attention reads evaluate afresh)
         self._offered: OrderedDict[tuple[int, tuple[int, ...]], bytes] = OrderedDict()
         self.wants_offers = False
+        self._together: SampleBatch | None = None  # the context of ``read_together``, made on first use
 
     # -- the graph callback ---------------------------------------------------------------------------
     def _on_tensor(self, tensor: int, ask: bool, _user_data: int) -> bool:
@@ -167,6 +170,69 @@ class AnalysisReader:
         part = self._run(ids, start, len(ids), blocks)
         hidden = {b: np.concatenate([kept[b], part[b]]) for b in blocks}
         return hidden, evaluated + len(ids) - start
+
+    def read_together(
+        self, texts: Sequence[tuple[Sequence[int], Sequence[int]]], blocks: Sequence[int]
+    ) -> tuple[list[dict[int, np.ndarray]], list[int]] | None:
+        """The last position's rows of ``blocks`` for several texts (each its tokens and its levels' cuts) that
+        continue one prompt the generating context has offered (the same tokens and levels up to their last cut):
+        the prompt's state is shared by one sequence per text in a context of their own, and the continuations
+        are evaluated together, in batches of ``chunk`` rows. Returns per text {block: [1, n_embd]} and the tokens
+        evaluated for it; None when the texts do not all continue one offered prompt (then read each alone).
+
+        The rows are those of the positions ``read(..., last_only=True)`` reads, computed over the same state, in
+        batches of other rows: equal to them up to the last bits llama.cpp's kernels round differently."""
+        if not texts or not self.reuse:
+            return None
+        keys = set()
+        for ids, cuts in texts:
+            cuts = sorted(c for c in set(cuts) if 0 < c < len(ids))
+            if not 1 <= len(cuts) <= 2:
+                return None
+            keys.add((cuts[0] if len(cuts) == 2 else 0, tuple(ids[: cuts[-1]])))
+        if len(keys) != 1:
+            return None
+        key = keys.pop()
+        state = self._offered.get(key)
+        if state is None:
+            return None
+        self.wants_offers = True
+        n = len(key[1])
+        conts = [list(ids[n:]) for ids, _ in texts]
+        if not all(conts):
+            return None
+        if self._together is None:
+            self._together = SampleBatch(self._llama, self._llama_cpp, callback=self._callback)
+        together = self._together
+        together.start(state, n, len(conts), max(len(c) for c in conts))
+        rows = [(token, n + j, k) for k, cont in enumerate(conts) for j, token in enumerate(cont)]
+        last = list(np.cumsum([len(c) for c in conts]) - 1)
+        wanted = {f"l_out-{b}".encode(): b for b in sorted(set(blocks))}
+        parts: dict[int, list[np.ndarray]] = {b: [] for b in wanted.values()}
+        for start in range(0, len(rows), self.chunk):
+            piece = rows[start : start + self.chunk]
+            self._wanted, self._rows = wanted, {b: [] for b in wanted.values()}
+            try:
+                together.step(
+                    [t for t, _, _ in piece],
+                    [k for _, _, k in piece],
+                    [p for _, p, _ in piece],
+                    [start + i in last for i in range(len(piece))],
+                )
+                for b, captured in self._rows.items():
+                    parts[b].extend(captured)
+            finally:
+                self._wanted, self._rows = {}, {}
+        out: dict[int, np.ndarray] = {}
+        for b, captured in parts.items():
+            out[b] = np.concatenate(captured) if captured else np.zeros((0, self.n_embd), np.float32)
+            if len(out[b]) != len(rows):
+                raise AnalysisError(
+                    f"llama.cpp produced {len(out[b])} rows of block {b} for {len(rows)} tokens: this model's graph "
+                    "does not name its block outputs 'l_out-<block>'; read hidden states with the 'hf' backend"
+                )
+        together.forget()
+        return [{b: out[b][i : i + 1] for b in out} for i in last], [len(c) for c in conts]
 
     def attention(self, ids: Sequence[int], block: int) -> np.ndarray:
         """Attention weights of ``block`` over ``ids`` evaluated afresh (mean over heads): [len(ids), len(ids)],
@@ -242,6 +308,9 @@ class AnalysisReader:
 
     def close(self) -> None:
         self.forget()
+        if self._together is not None:
+            self._together.close()
+            self._together = None
         self._batch.close()
         self._ctx.close()
 

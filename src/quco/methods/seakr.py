@@ -163,13 +163,11 @@ class SeaKR(Method):
             context = prompt
         else:
             context = f"Question: {question}\nAnswer:" + (f" {prefix}" if prefix else "")
-        states = []
-        for s in steps:
-            # every sample continues the same context, whose exemplars other prompts share: a backend may
-            # evaluate each once (``Prompt.shared`` and ``inner``)
-            text = Prompt(context + s, shared=len(context), inner=shared_levels(context))
-            analysis = ctx.analyze(text, hidden_layers=[self.layer], last_only=True)
-            states.append(analysis.hidden[self.layer][-1])
+        # every sample continues the same context, whose exemplars other prompts share: a backend may evaluate
+        # each once (``Prompt.shared`` and ``inner``), and read the samples together
+        texts = [Prompt(context + s, shared=len(context), inner=shared_levels(context)) for s in steps]
+        analyses = ctx.analyze_many(texts, hidden_layers=[self.layer], last_only=True)
+        states = [a.hidden[self.layer][-1] for a in analyses]
         return eigen_score(np.stack(states), p.alpha), [s.strip() for s in steps]
 
     # -- query -----------------------------------------------------------------------------------------
