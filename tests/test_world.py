@@ -565,7 +565,7 @@ def test_pubmedqa_world_configs_carry_the_hotpotqa_settings_with_pubmedqa_corpor
     files = sorted((root / "pubmedqa").glob("*.yaml"))
     assert {p.stem for p in files} == {
         "wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "quco", "quco-published", "quco-random", "random",
-        "dragin", "seakr",
+        "dragin", "seakr", "gate",
     }  # fmt: skip
     for path in files:
         cfg, hotpot = load_config(path), load_config(root / "hotpotqa" / path.name)
