@@ -3,13 +3,12 @@
 Usage: python bench/bench_blackbox.py [--backend llamacpp|hf] [--questions N] [--threads T]
 
 For each of the first N HotpotQA dev questions the default model drafts the first sentence greedily (8-shot
-prompt, as configs/blackbox/eigv-jaccard.yaml), then the check's 10 samples at T = 1.0 are drawn three ways:
-  * length, fresh prompt  - every sample runs to sentence_tokens and re-evaluates the prompt's last batch
-                            (how llama.cpp samples were drawn before the prompt cache was shared; llamacpp only)
+prompt, as configs/blackbox/eigv-jaccard.yaml), then the check's 10 samples at T = 1.0 are drawn two ways:
   * length                - every sample runs to sentence_tokens (sample_stop: length)
   * sentence              - a sample stops once its first sentence is complete (sample_stop: sentence, default)
 It prints seconds and sampled tokens per check, and how many samples equal those of "length" (the scored
-first sentences). Prints its figures; it is not a timed test.
+first sentences). Prints its figures; it is not a timed test. Samples decoded together against one after
+another: bench/bench_sampling.py.
 """
 
 from __future__ import annotations
@@ -18,22 +17,9 @@ import argparse
 import os
 import statistics
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "blackbox" / "eigv-jaccard.yaml"
-
-
-@contextmanager
-def fresh_prompt_per_sample(generator: Any) -> Any:
-    """llama.cpp without the shared prompt cache: every sample aligns and re-evaluates as a new call."""
-    original = generator._reuse_prompt
-    generator._reuse_prompt = lambda ids: False
-    try:
-        yield
-    finally:
-        generator._reuse_prompt = original
 
 
 def main() -> None:
@@ -59,11 +45,7 @@ def main() -> None:
     pipe = Pipeline.from_config(cfg, progress=False)
     parts = pipe.parts
     split = parts.text.splitter.split
-    modes = (
-        ["length, fresh prompt", "length", "sentence"]
-        if args.backend == "llamacpp"
-        else ["length", "sentence"]
-    )
+    modes = ["length", "sentence"]
     seconds: dict[str, list[float]] = {m: [] for m in modes}
     tokens: dict[str, list[int]] = {m: [] for m in modes}
     same: dict[str, int] = dict.fromkeys(modes, 0)
@@ -79,13 +61,8 @@ def main() -> None:
             stop = "sentence" if mode == "sentence" else "length"
             method = BlackBoxRAG({**cfg.params, "sample_stop": stop})
             before = ctx.trace.counters.generated_tokens.get("sampler", 0)
-            fresh = mode.endswith("fresh prompt")
             t0 = time.perf_counter()
-            if fresh:
-                with fresh_prompt_per_sample(parts.generator):
-                    got[mode] = method.sample(draft, question, ctx)
-            else:
-                got[mode] = method.sample(draft, question, ctx)
+            got[mode] = method.sample(draft, question, ctx)
             seconds[mode].append(time.perf_counter() - t0)
             tokens[mode].append(ctx.trace.counters.generated_tokens["sampler"] - before)
         total += len(got["length"])
