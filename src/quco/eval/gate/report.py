@@ -198,14 +198,15 @@ def blocks(report: FrontierReport) -> list[str | Table]:
     """The report as paragraphs and tables (head, rows), for Markdown and HTML alike."""
     out: list[str | Table] = []
     b = list(report.random)
+    best = max(report.oracle, key=lambda p: (p.em, -p.fired))
     c0, c1 = report.calibration
     e0, e1 = report.evaluation
     out.append(
         f"Questions {e0}-{e1 - 1} ({report.n}); directions, fitted gates and their thresholds from questions "
         f"{c0}-{c1 - 1} ({report.n_calibration}). Closed-book EM {_pct(report.closed.em)} "
         f"(F1 {_pct(report.closed.f1)}), retrieval for every question EM {_pct(report.opened.em)} "
-        f"(F1 {_pct(report.opened.f1)}); the oracle gate reaches EM {_pct(report.oracle[-1].em)} at "
-        f"{report.oracle[-1].rate:.3f} retrievals per question."
+        f"(F1 {_pct(report.opened.f1)}); the oracle gate reaches EM {_pct(best.em)} at "
+        f"{best.rate:.3f} retrievals per question."
     )
     head = ["gate", "reads", "dir", "AUROC helps", "AUROC wrong"] + [f"EM at {x:g} r/q" for x in b]
     orc = [at_budget(report.oracle, x) for x in b]
@@ -214,7 +215,15 @@ def blocks(report: FrontierReport) -> list[str | Table]:
         ["random (mean [95% of draws])", "—", "—", "0.50", "0.50"]
         + [f"{_pct(r.em_mean)} [{_pct(r.em_low)}, {_pct(r.em_high)}]" for r in report.random.values()]
     )
+    shown: set[tuple] = set()
     for row in report.rows:
+        if (
+            row.kind == "fitted" and row.model is not None
+        ):  # one frontier per fitted model, whatever its threshold
+            key = (tuple(row.model.features), tuple(row.model.coef), row.model.intercept, row.model.direction)
+            if key in shown:
+                continue
+            shown.add(key)
         d = "fit" if row.kind == "fitted" else ("+" if row.direction > 0 else "−")
         cells = [row.name, ", ".join(row.families), d, _auc(row.auroc_helps), _auc(row.auroc_wrong)]
         rows.append(cells + [_at(row.budgets[x], row.random[x]) for x in b])
@@ -366,14 +375,24 @@ def figure(report: FrontierReport, path: str | Path, lines_for: Sequence[str] | 
     orc = report.oracle
     ax.plot([p.rate for p in orc], [100 * p.em for p in orc], color="k", lw=1.2, label="oracle")
     chosen = set(lines_for) if lines_for is not None else set(best_per_family(report))
+    colors: dict[tuple, str] = {}  # one line per fitted model; a dot for each threshold chosen on it
     for row in report.rows:
         if row.name not in chosen and row.kind != "fitted":
             continue
-        style = {"lw": 2.2} if row.kind == "fitted" else {"lw": 1.1, "alpha": 0.9}
-        label = row.name if row.kind == "fitted" else f"{row.name} ({'+' if row.direction > 0 else '−'})"
-        (line,) = ax.plot([p.rate for p in row.curve], [100 * p.em for p in row.curve], label=label, **style)
+        key = (row.name,)
+        if row.kind == "fitted" and row.model is not None:
+            key = (tuple(row.model.features), tuple(row.model.coef), row.model.intercept)
+        if key not in colors:
+            style = {"lw": 2.2} if row.kind == "fitted" else {"lw": 1.1, "alpha": 0.9}
+            label = (
+                row.name.split(" (budget")[0]
+                if row.kind == "fitted"
+                else f"{row.name} ({'+' if row.direction > 0 else '−'})"
+            )
+            xs, ys = [p.rate for p in row.curve], [100 * p.em for p in row.curve]
+            colors[key] = ax.plot(xs, ys, label=label, **style)[0].get_color()
         if row.chosen is not None:
-            ax.plot([row.chosen.rate], [100 * row.chosen.em], "o", color=line.get_color(), ms=7)
+            ax.plot([row.chosen.rate], [100 * row.chosen.em], "o", color=colors[key], ms=7)
     for label, (em, _f1, r) in report.methods.items():
         ax.plot([r], [100 * em], "s", ms=5, color="tab:red")
         ax.annotate(
