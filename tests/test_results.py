@@ -89,7 +89,7 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
             {"wo-rag-published", "sr-rag-published", "quco-published-random"} if ds != "pubmedqa" else set()
         )
         assert set(cmds) == {"wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "quco", "quco-published", "quco-llm",
-                             "quco-random", "dragin", "seakr"} | published  # fmt: skip
+                             "quco-random", "dragin", "seakr", "gate"} | published  # fmt: skip
         for row, cmd in cmds.items():
             assert "--set generator.model=qwen2.5-coder-1.5b-instruct" in cmd
             limit = {"seakr": "50"}.get(row, "200")
@@ -141,7 +141,7 @@ def test_the_cli_prints_the_headline_plan_and_refuses_a_broken_one(
     fresh = _write(tmp_path / "headline.yaml", spec)
     shown = CliRunner().invoke(app, ["results", "run", str(fresh), "--dry-run", "--dataset", "hotpotqa"])
     assert shown.exit_code == 0, shown.output
-    assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 14
+    assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 15
     assert "(after 'quco' completes)" in shown.output
     assert "(after 'quco-published' completes)" in shown.output
     bad = _write(

@@ -62,8 +62,9 @@ class GeneratorConfig(_Section):
     # analysis on "hf". None: the generator analyses what it generates.
     analysis_backend: Literal["hf"] | None = None
     # -- backend "llamacpp": the n samples of one prompt (n > 1) decoded together, one batch per step over the
-    # prompt evaluated once; False: one after another (docs/serving.md) --
-    sample_batch: bool = True
+    # prompt evaluated once; False: one after another (docs/serving.md). None is True: the default leaves the
+    # field out of a run's recorded config, so runs recorded before it existed keep their identity --
+    sample_batch: bool | None = None
 
     @field_validator("model")
     @classmethod

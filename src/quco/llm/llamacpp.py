@@ -279,7 +279,7 @@ class LlamaCppGenerator(GeneratorBase):
             max_context_tokens=config.max_context_tokens,
             model_path=str(path),
             top_logprobs=config.top_logprobs,
-            sample_batch=config.sample_batch,
+            sample_batch=config.sample_batch is not False,
         )
 
     def clear_cache(self) -> None:
