@@ -9,7 +9,7 @@ passages) and larger ones made by repeating its lines in order, each copy after 
 (``<id>#r<copy>``), cut at the requested size. Term statistics per passage stay those of the haystack; the
 vocabulary does not grow as it would with new text (see docs/world.md, "At the scale of the paper").
 
-Each build runs in a child process, which reports its own peak RSS (``ru_maxrss``). A watchdog
+Each build runs in a child process, which reports its own peak RSS (``VmHWM``). A watchdog
 kills a build whose RSS passes ``--max-rss-gb``, and a size whose predicted peak (a least-squares line over
 the sizes already measured with that builder) passes it is not run but predicted. Queries: the 300 HotpotQA
 dev questions of ``hotpotqa/hotpot_dev_0_300_unified.jsonl`` and the first 200 of the 500-question sample
@@ -59,22 +59,24 @@ def haystack_path() -> Path:
 
 def make_corpus(haystack: Path, size: int, out: Path) -> Path:
     """The haystack's lines repeated in order, copy r >= 1 under ids ``<id>#r<r>``, cut at ``size`` passages."""
-    with haystack.open("rb") as fh:
-        header = fh.readline()
-        body = fh.read().splitlines(keepends=True)
+    written, copy = 0, 0
     with out.open("wb") as fo:
-        fo.write(header)
-        written, copy = 0, 0
         while written < size:
             suffix = b"" if copy == 0 else b"#r%d" % copy
-            for line in body[: size - written]:
-                pid, rest = line.split(b"\t", 1)
-                if b'"' in pid:
-                    raise SystemExit(
-                        f"{haystack}: a quoted id ({pid[:40]!r}) cannot be renamed by this bench"
-                    )
-                fo.write(pid + suffix + b"\t" + rest)
-            written += min(len(body), size - written)
+            with haystack.open("rb") as fh:
+                header = fh.readline()
+                if copy == 0:
+                    fo.write(header)
+                for line in fh:
+                    if written == size:
+                        break
+                    pid, rest = line.split(b"\t", 1)
+                    if b'"' in pid:
+                        raise SystemExit(
+                            f"{haystack}: a quoted id ({pid[:40]!r}) cannot be renamed by this bench"
+                        )
+                    fo.write(pid + suffix + b"\t" + rest)
+                    written += 1
             copy += 1
     return out
 
@@ -142,7 +144,14 @@ def run_child(args: list[str], max_rss_gb: float) -> tuple[dict | None, float, s
 
 
 def peak_rss_gb() -> float:
-    """This process's peak resident set size so far (Linux reports ``ru_maxrss`` in KiB)."""
+    """This process's peak resident set size so far, in GiB: ``VmHWM`` of its own address space.
+
+    Not ``ru_maxrss``: Linux carries the parent's high-water mark into a child across ``exec``, so a child of a
+    large parent would report the parent's peak.
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 2**20
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20

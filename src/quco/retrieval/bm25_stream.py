@@ -13,8 +13,9 @@ passages). This builder produces the same files, byte for byte in their arrays, 
 3. **Columns.** Each bucket is read, sorted stably by term (documents stay in order) and appended to the
    score matrix's ``data`` and ``indices`` arrays: the matrix is written column after column, in order.
 
-Memory stays that of one chunk or one bucket plus the per-term arrays, whatever the number of documents; the
-disk holds the spill (8 bytes per triple) and the buckets (12 bytes per triple) until the build ends.
+Memory stays that of one chunk or one bucket plus the per-term and per-document arrays (8 bytes per document),
+whatever the number of documents. Disk: the spill (8 bytes per triple) until pass 2 ends, the buckets (12 bytes
+per triple) until pass 3 has written them; the index itself takes 8 bytes per triple.
 The arithmetic is bm25s's: the same functions, the same operand types, so every score is the float32 bm25s
 computes. ``tests/test_retrieval.py`` compares both builds array by array.
 """
@@ -47,6 +48,7 @@ EMPTY_TOKEN = ""  # bm25s adds it to the vocabulary, after the last term; it has
 DEFAULT_CHUNK_DOCS = 50_000
 DEFAULT_BUCKET_ENTRIES = 16_000_000  # 12 bytes each on disk; about 40 bytes each while a bucket is sorted
 _READ_BLOCK = 4_000_000  # triples read at once in pass 2
+_SPILL = ("terms", "tf", "lengths", "nnz")  # pass 1's files: int32 each, per triple (terms, tf) or document
 _BUCKET = np.dtype([("term", "<i4"), ("doc", "<i4"), ("score", "<f4")])
 
 
@@ -80,7 +82,7 @@ class StreamingBM25Builder:
         if self.chunk_docs < 1 or self.bucket_entries < 1:
             raise ValueError("chunk_docs and bucket_entries must be positive")
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        for name in ("terms", "tf", "lengths", "nnz"):
+        for name in _SPILL:
             self._files[name] = (self.work_dir / f"{name}.bin").open("wb")
 
     # -- pass 1 -------------------------------------------------------------------------------------------
@@ -148,6 +150,8 @@ class StreamingBM25Builder:
         indptr = np.zeros(n_vocab + 1, dtype=np.int64)
         np.cumsum(df, out=indptr[1:])
         buckets = self._score_into_buckets(idf, nonoccurrence, avg_doc_len, indptr, progress)
+        for name in _SPILL:  # pass 3 reads the buckets only
+            (self.work_dir / f"{name}.bin").unlink()
         self._write_columns(out_dir, buckets, indptr, progress)
         np.save(out_dir / INDPTR_NAME, indptr)
         if nonoccurrence is not None:
