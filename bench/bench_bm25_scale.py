@@ -3,6 +3,7 @@
 Usage:
   python bench/bench_bm25_scale.py [--sizes 671094,1342188,2013282,5000000] [--builders bm25s,streaming]
                                    [--max-rss-gb 12] [--queries 500] [--k 10] [--identity] [--work DIR]
+  python bench/bench_bm25_scale.py --summary-of SAVED_OUTPUT     # the fits of saved table lines
 
 Corpora: the HotpotQA haystack of the realistic world (``quco index haystack --dataset hotpotqa``, 671,094
 passages) and larger ones made by repeating its lines in order, each copy after the first under new ids
@@ -23,12 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -171,6 +174,51 @@ def predict(line: tuple[float, float] | None, size: int) -> float:
     return float("nan") if line is None else line[0] * size / 1e6 + line[1]
 
 
+@dataclass(frozen=True)
+class Row:
+    size: int
+    rss: float  # GB (2**30 bytes)
+    seconds: float
+    p50: float  # ms
+    p95: float
+
+
+_ROW = re.compile(r"^(\w+)\s+([\d,]+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+([\d.]+)\s+([\d.]+)\s")
+
+
+def summarize(results: dict[str, list[Row]]) -> None:
+    """Least-squares lines over the measured sizes and their values at 21M passages."""
+    for builder, rows in results.items():
+        if len(rows) < 2:
+            print(f"{builder}: fewer than two sizes measured, no fit")
+            continue
+        sizes = ", ".join(f"{r.size:,}" for r in rows)
+        print(f"{builder} (sizes {sizes}):")
+        for label, unit, values, scale in (
+            ("peak RSS", "GB", [r.rss for r in rows], 1.0),
+            ("build", "h", [r.seconds for r in rows], 3600.0),
+            ("query p50", "ms", [r.p50 for r in rows], 1.0),
+            ("query p95", "ms", [r.p95 for r in rows], 1.0),
+        ):
+            line = fit([(r.size, v) for r, v in zip(rows, values, strict=True)])
+            assert line is not None
+            print(f"  {label:<9} = {line[0] / scale:.4g} {unit} per million passages + {line[1] / scale:.4g} {unit}; "
+                  f"at {PREDICT_AT:,}: {predict(line, PREDICT_AT) / scale:.3g} {unit}")  # fmt: skip
+
+
+def summarize_output(path: Path) -> None:
+    """The fits of a saved run of this bench (its table lines), e.g. to add sizes measured in another run."""
+    results: dict[str, list[Row]] = {}
+    for line in path.read_text().splitlines():
+        m = _ROW.match(line)
+        if m:
+            name, size, rss, secs, p50, p95 = m.groups()
+            results.setdefault(name, []).append(
+                Row(int(size.replace(",", "")), float(rss), float(secs), float(p50), float(p95))
+            )
+    summarize(results)
+
+
 def compare(a: Path, b: Path, n: int, k: int) -> None:
     from quco.retrieval import BM25Retriever
 
@@ -202,8 +250,12 @@ def main() -> None:
     ap.add_argument("--identity", action="store_true", help="compare the builders' indexes at the first size")
     ap.add_argument("--work", type=Path, default=None, help="scratch directory (default: under the cache)")
     ap.add_argument("--keep", action="store_true", help="keep corpora and indexes in --work")
+    ap.add_argument("--summary-of", type=Path, help="print the fits of a saved output of this bench and stop")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.summary_of:
+        summarize_output(args.summary_of)
+        return
     if args.child:
         kind, *rest = args.child
         if kind == "build":
@@ -221,7 +273,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min); "
           f"cores {os.cpu_count()}; haystack {haystack}")  # fmt: skip
-    results: dict[str, list[tuple[int, float, float]]] = {b: [] for b in builders}
+    results: dict[str, list[Row]] = {b: [] for b in builders}
     print(f"{'builder':<10} {'passages':>10} {'peak RSS GB':>12} {'build s':>9} {'load ms':>8} "
           f"{'p50 ms':>7} {'p95 ms':>7}  load avg")  # fmt: skip
     try:
@@ -230,7 +282,7 @@ def main() -> None:
             if corpus != haystack and not corpus.exists():
                 make_corpus(haystack, size, corpus)
             for builder in builders:
-                line = fit([(s, rss) for s, rss, _ in results[builder]])
+                line = fit([(r.size, r.rss) for r in results[builder]])
                 if predict(line, size) > args.max_rss_gb:
                     print(f"{builder:<10} {size:>10,} {predict(line, size):>12.2f} {'(predicted, not run: over '}"
                           f"{args.max_rss_gb:g} GB)")  # fmt: skip
@@ -247,7 +299,7 @@ def main() -> None:
                     ["--child", "query", str(index_dir), str(args.queries), str(args.k)], args.max_rss_gb
                 )
                 assert q is not None
-                results[builder].append((size, peak, got["seconds"]))
+                results[builder].append(Row(size, peak, got["seconds"], q["p50_ms"], q["p95_ms"]))
                 print(f"{builder:<10} {size:>10,} {peak:>12.2f} {got['seconds']:>9.1f} {q['load_ms']:>8.1f} "
                       f"{q['p50_ms']:>7.2f} {q['p95_ms']:>7.2f}  {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
             if args.identity and size == sizes[0] and {"bm25s", "streaming"} <= set(builders):
@@ -258,16 +310,7 @@ def main() -> None:
                 if corpus != haystack:
                     corpus.unlink(missing_ok=True)
         print()
-        for builder, rows in results.items():
-            rss = fit([(s, r) for s, r, _ in rows])
-            secs = fit([(s, t) for s, _, t in rows])
-            if rss is None or secs is None:
-                print(f"{builder}: fewer than two sizes measured, no fit")
-                continue
-            print(f"{builder}: peak RSS = {rss[0]:.3f} GB per million passages + {rss[1]:.3f} GB; "
-                  f"build = {secs[0]:.1f} s per million + {secs[1]:.1f} s (sizes {', '.join(f'{s:,}' for s, _, _ in rows)})")  # fmt: skip
-            print(f"  predicted at {PREDICT_AT:,} passages: peak RSS {predict(rss, PREDICT_AT):.1f} GB, "
-                  f"build {predict(secs, PREDICT_AT) / 3600:.1f} h")  # fmt: skip
+        summarize(results)
     finally:
         if not args.keep and args.work is None:
             shutil.rmtree(work, ignore_errors=True)
