@@ -86,10 +86,32 @@ def make_corpus(haystack: Path, size: int, out: Path) -> Path:
 
 def child_build(corpus: str, index_dir: str, builder: str) -> None:
     from quco.retrieval import BM25Retriever
+    from quco.retrieval.bm25_stream import StreamingBM25Builder
 
+    read_peak = [float("nan")]  # the streaming build's peak while reading and tokenizing (pass 1)
+    finish = StreamingBM25Builder.finish
+
+    def timed_finish(self, *args, **kwargs):
+        read_peak[0] = peak_rss_gb()
+        return finish(self, *args, **kwargs)
+
+    StreamingBM25Builder.finish = timed_finish  # type: ignore[method-assign]
     t0 = time.perf_counter()
     r = BM25Retriever.build(corpus, index_dir, progress=False, builder=builder)  # type: ignore[arg-type]
-    print(json.dumps({"seconds": time.perf_counter() - t0, "passages": len(r), "peak_rss_gb": peak_rss_gb()}))
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(
+        json.dumps(
+            {
+                "seconds": time.perf_counter() - t0,
+                "cpu_s": usage.ru_utime + usage.ru_stime,
+                "passages": len(r),
+                "peak_rss_gb": peak_rss_gb(),
+                "read_peak_gb": read_peak[0],
+            }
+        )
+    )
 
 
 def child_query(index_dir: str, n: int, k: int) -> None:
@@ -178,12 +200,14 @@ def predict(line: tuple[float, float] | None, size: int) -> float:
 class Row:
     size: int
     rss: float  # GB (2**30 bytes)
-    seconds: float
+    seconds: float  # wall
     p50: float  # ms
     p95: float
+    cpu: float | None = None  # user + system seconds of the build process
+    read: float = float("nan")  # streaming: peak RSS (GB) up to the end of pass 1
 
 
-_ROW = re.compile(r"^(\w+)\s+([\d,]+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+([\d.]+)\s+([\d.]+)\s")
+_ROW = re.compile(r"^(bm25s|streaming)\s+([\d,]+)((?:\s+(?:[\d.]+|nan))+)\s*$")
 
 
 def summarize(results: dict[str, list[Row]]) -> None:
@@ -194,16 +218,23 @@ def summarize(results: dict[str, list[Row]]) -> None:
             continue
         sizes = ", ".join(f"{r.size:,}" for r in rows)
         print(f"{builder} (sizes {sizes}):")
-        for label, unit, values, scale in (
+        series = [
             ("peak RSS", "GB", [r.rss for r in rows], 1.0),
             ("build", "h", [r.seconds for r in rows], 3600.0),
             ("query p50", "ms", [r.p50 for r in rows], 1.0),
             ("query p95", "ms", [r.p95 for r in rows], 1.0),
-        ):
+        ]
+        if all(r.cpu is not None for r in rows):
+            series.insert(2, ("build CPU", "h", [r.cpu for r in rows], 3600.0))
+        if all(r.read == r.read for r in rows):  # no NaN
+            series.insert(1, ("pass-1 RSS", "GB", [r.read for r in rows], 1.0))
+        for label, unit, values, scale in series:
             line = fit([(r.size, v) for r, v in zip(rows, values, strict=True)])
             assert line is not None
-            print(f"  {label:<9} = {line[0] / scale:.4g} {unit} per million passages + {line[1] / scale:.4g} {unit}; "
-                  f"at {PREDICT_AT:,}: {predict(line, PREDICT_AT) / scale:.3g} {unit}")  # fmt: skip
+            at = "; ".join(
+                f"at {n:,}: {predict(line, n) / scale:.3g} {unit}" for n in (5_000_000, PREDICT_AT)
+            )
+            print(f"  {label:<10} = {line[0] / scale:.4g} {unit} per million passages + {line[1] / scale:.4g} {unit}; {at}")  # fmt: skip
 
 
 def summarize_output(path: Path) -> None:
@@ -211,11 +242,19 @@ def summarize_output(path: Path) -> None:
     results: dict[str, list[Row]] = {}
     for line in path.read_text().splitlines():
         m = _ROW.match(line)
-        if m:
-            name, size, rss, secs, p50, p95 = m.groups()
-            results.setdefault(name, []).append(
-                Row(int(size.replace(",", "")), float(rss), float(secs), float(p50), float(p95))
-            )
+        if not m:
+            continue
+        name, size, rest = m.groups()
+        x = [float(v) for v in rest.split()]
+        if len(x) == 6:  # peak RSS, build s, load ms, p50, p95, load average
+            row = Row(int(size.replace(",", "")), x[0], x[1], x[3], x[4])
+        elif len(x) == 7:  # peak RSS, build s, CPU s, load ms, p50, p95, load average
+            row = Row(int(size.replace(",", "")), x[0], x[1], x[4], x[5], cpu=x[2])
+        elif len(x) == 8:  # peak RSS, pass-1 RSS, build s, CPU s, load ms, p50, p95, load average
+            row = Row(int(size.replace(",", "")), x[0], x[2], x[5], x[6], cpu=x[3], read=x[1])
+        else:
+            continue
+        results.setdefault(name, []).append(row)
     summarize(results)
 
 
@@ -274,7 +313,7 @@ def main() -> None:
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min); "
           f"cores {os.cpu_count()}; haystack {haystack}")  # fmt: skip
     results: dict[str, list[Row]] = {b: [] for b in builders}
-    print(f"{'builder':<10} {'passages':>10} {'peak RSS GB':>12} {'build s':>9} {'load ms':>8} "
+    print(f"{'builder':<10} {'passages':>10} {'peak RSS GB':>12} {'pass-1 GB':>9} {'build s':>9} {'CPU s':>8} {'load ms':>8} "
           f"{'p50 ms':>7} {'p95 ms':>7}  load avg")  # fmt: skip
     try:
         for size in sizes:
@@ -299,8 +338,18 @@ def main() -> None:
                     ["--child", "query", str(index_dir), str(args.queries), str(args.k)], args.max_rss_gb
                 )
                 assert q is not None
-                results[builder].append(Row(size, peak, got["seconds"], q["p50_ms"], q["p95_ms"]))
-                print(f"{builder:<10} {size:>10,} {peak:>12.2f} {got['seconds']:>9.1f} {q['load_ms']:>8.1f} "
+                results[builder].append(
+                    Row(
+                        size,
+                        peak,
+                        got["seconds"],
+                        q["p50_ms"],
+                        q["p95_ms"],
+                        got["cpu_s"],
+                        got["read_peak_gb"],
+                    )
+                )
+                print(f"{builder:<10} {size:>10,} {peak:>12.2f} {got['read_peak_gb']:>9.2f} {got['seconds']:>9.1f} {got['cpu_s']:>8.1f} {q['load_ms']:>8.1f} "
                       f"{q['p50_ms']:>7.2f} {q['p95_ms']:>7.2f}  {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
             if args.identity and size == sizes[0] and {"bm25s", "streaming"} <= set(builders):
                 compare(work / f"index-bm25s-{size}", work / f"index-streaming-{size}", args.queries, args.k)
