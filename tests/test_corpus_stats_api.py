@@ -27,6 +27,13 @@ from quco.corpus_stats.build import build_local_index
 from quco.corpus_stats.cache import CachedCorpusStats
 from quco.corpus_stats.factory import build_corpus_stats
 from quco.corpus_stats.local import LocalInfiniGram
+from quco.corpus_stats.ratelimit import (
+    PUBLIC_API_RATE,
+    RateLimiter,
+    limiter_for,
+    resolve_rate,
+    retry_after_seconds,
+)
 from quco.paths import data_dir
 
 
@@ -57,8 +64,12 @@ def index_dir(tmp_path_factory, docs) -> Path:
     return build_local_index(docs, tmp_path_factory.mktemp("api") / "hotpot", progress=False)
 
 
-def _start_server(index_dir: Path, *extra: str) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "quco.corpus_stats.server", str(index_dir), "--port", "0", *extra]
+def _start_server(index_dir: Path, *extra: str, cli: bool = False) -> tuple[subprocess.Popen, str]:
+    if cli:  # `quco serve stats`
+        cmd = [sys.executable, "-c", "from quco.cli import main; main()", "serve", "stats", "--index"]
+    else:
+        cmd = [sys.executable, "-m", "quco.corpus_stats.server"]
+    cmd += [str(index_dir), "--port", "0", *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     line = proc.stdout.readline()  # the server prints its URL once it is bound
     m = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
@@ -397,3 +408,77 @@ def test_build_corpus_stats_api_backend_is_cached(server, local, tmp_path):
     assert doc_stats.cooccurrence == "document"
     assert [r.count for r in doc_stats.cooccur_many(pairs)] == [r.count for r in local.cooccur_many(pairs)]
     assert doc_stats.misses == len(pairs)  # another semantics, another cache namespace
+
+
+def test_rate_limit_setting_tells_the_public_api_from_a_server_of_ones_own():
+    assert resolve_rate("auto", "https://api.infini-gram.io/") == PUBLIC_API_RATE == 5.0
+    assert resolve_rate("auto", "http://127.0.0.1:8765/") is None  # `quco serve stats`: unlimited
+    assert resolve_rate("auto", "https://stats.example.org/") is None
+    assert resolve_rate(2.5, "https://api.infini-gram.io/") == 2.5
+    assert resolve_rate("off", "https://api.infini-gram.io/") is None
+    assert CorpusStatsConfig().rate_limit == "auto"
+    assert CorpusStatsConfig(rate_limit=3).rate_limit == 3
+    with pytest.raises(ValueError):
+        CorpusStatsConfig(rate_limit=0)
+    assert retry_after_seconds({"retry-after": "2"}) == 2.0
+    assert retry_after_seconds({}) is None and retry_after_seconds({"retry-after": "soon"}) is None
+
+
+def test_one_limiter_spaces_the_requests_of_every_thread():
+    limiter = RateLimiter(20.0)
+    t = time.perf_counter()
+    threads = [threading.Thread(target=lambda: [limiter.acquire() for _ in range(10)]) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    # 40 slots 1/20 s apart: the last one 39/20 s after the first
+    assert time.perf_counter() - t >= 39 / 20 - 0.01
+    assert limiter_for("http://127.0.0.1:1/", 20.0) is limiter_for("http://127.0.0.1:1/x", None)
+
+
+def test_server_request_limit_and_client_at_twice_the_rate_lose_nothing(index_dir, local):
+    """`quco serve stats --rate-limit 10`; four threads, each with its own client at 20 requests/s: the clients
+    share one limiter, the 429s they get are waited out (Retry-After) and slow them down, no lookup is lost."""
+    limit, n_threads, per_thread = 10.0, 4, 20
+    proc, url = _start_server(index_dir, "--rate-limit", str(limit), cli=True)
+    words = [w for _, text in _docs()[:40] for w in text.split()[:4]]
+    phrases = list(dict.fromkeys(w for w in words if w.isalpha()))[: n_threads * per_thread]
+    results: dict[str, object] = {}
+    clients = [_client(url, rate_limit=2 * limit, total_tokens=local.total_tokens) for _ in range(n_threads)]
+
+    def work(api: InfiniGramAPI, mine: list[str]) -> None:
+        for p in mine:
+            results[p] = api.count(p)
+
+    try:
+        t = time.perf_counter()
+        threads = [
+            threading.Thread(target=work, args=(api, phrases[i::n_threads])) for i, api in enumerate(clients)
+        ]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        elapsed = time.perf_counter() - t
+        served = httpx.get(url, timeout=5).json()
+    finally:
+        for api in clients:
+            api.close()
+        _stop(proc)
+    assert served["rate_limit"] == {"per_client_per_s": limit, "burst": limit}
+    assert served["requests"] == {"200": len(phrases), "rate_limited": sum(api.throttled for api in clients)}
+    lost = [p for p in phrases if results[p].status != "ok" or results[p].count != local.count(p).count]
+    throttled = sum(api.throttled for api in clients)
+    sent = sum(api.requests_sent for api in clients)
+    achieved = len(phrases) / elapsed
+    print(
+        f"\nserver limit {limit:g}/s, 4 threads at {2 * limit:g}/s: {len(phrases)} lookups in {elapsed:.2f} s = "
+        f"{achieved:.2f} answered/s; {sent} requests sent, {throttled} answered 429 and sent again; "
+        f"{len(lost)} lost; limiter now at {clients[0].limiter.rate:.2f}/s"
+    )
+    assert len(phrases) == n_threads * per_thread and not lost
+    assert throttled > 0  # the clients did go faster than the server allows, and recovered
+    assert sent == len(phrases) + throttled
+    assert achieved <= limit * 1.1 + limit / elapsed  # the server's rate plus its one-second burst
+    assert achieved >= limit * 0.4  # slowed down, not stalled

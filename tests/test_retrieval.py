@@ -28,6 +28,7 @@ from quco.retrieval import (
     index_corpus,
 )
 from quco.retrieval.bm25 import MANIFEST_NAME, default_index_dir
+from quco.retrieval.bm25_stream import StreamingBM25Builder
 
 HOTPOT_CORPUS = "hotpotqa/corpus/hotpot_dev_first500_pooled_paragraphs.jsonl.gz"
 HOTPOT_DEV = "hotpotqa/hotpot_dev_0_300_unified.jsonl"
@@ -371,20 +372,33 @@ def test_queries_are_left_truncated(hotpot_index: BM25Retriever):
     assert hotpot_index.search([question + " " + junk], 3) == [[]]
 
 
+@pytest.mark.parametrize("builder", ["streaming", "bm25s"])
 def test_count_mismatch_fails_the_build_and_writes_nothing(
-    hotpot_lines: list[str], tmp_path: Path, monkeypatch
+    hotpot_lines: list[str], tmp_path: Path, monkeypatch, builder: str
 ):
     corpus = _write(tmp_path / "slice.jsonl", hotpot_lines[:200])
-    original_index = bm25s.BM25.index
+    if builder == "bm25s":
+        original_index = bm25s.BM25.index
 
-    def lossy_index(self, corpus_tokens, *args, **kwargs):  # an indexer that silently drops the last passage
-        ids, vocab = corpus_tokens
-        return original_index(self, (ids[:-1], vocab), *args, **kwargs)
+        def lossy_index(
+            self, corpus_tokens, *args, **kwargs
+        ):  # an indexer that silently drops the last passage
+            ids, vocab = corpus_tokens
+            return original_index(self, (ids[:-1], vocab), *args, **kwargs)
 
-    monkeypatch.setattr(bm25s.BM25, "index", lossy_index)
+        monkeypatch.setattr(bm25s.BM25, "index", lossy_index)
+    else:
+        original_add = StreamingBM25Builder.add
+
+        def lossy_add(self, token_ids):  # drops the 200th passage
+            self.seen = getattr(self, "seen", 0) + 1
+            if self.seen < 200:
+                original_add(self, token_ids)
+
+        monkeypatch.setattr(StreamingBM25Builder, "add", lossy_add)
     target = tmp_path / "idx"
     with pytest.raises(IndexIntegrityError, match="lost passages: read 200, stored 200, indexed 199"):
-        BM25Retriever.build(corpus, target, progress=False)
+        BM25Retriever.build(corpus, target, progress=False, builder=builder)
     assert not target.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["slice.jsonl"]  # no temporary build left behind
 

@@ -411,6 +411,13 @@ def serve_stats_cmd(
     ] = "QUCO_API_KEY",
     concurrency: Annotated[int, typer.Option(help="Counts computed at once.")] = 2,
     queue: Annotated[int, typer.Option(help="Requests waiting for a slot before new ones get 429.")] = 16,
+    rate_limit: Annotated[
+        float | None,
+        typer.Option(
+            help="Requests per second per client address (429 with Retry-After above), as the hosted API "
+            "limits each IP; default: no limit."
+        ),
+    ] = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Serve local indexes over the hosted Infini-gram API's JSON protocol."""
@@ -433,6 +440,7 @@ def serve_stats_cmd(
         api_key_env=api_key_env,
         concurrency=concurrency,
         queue=queue,
+        rate_limit=rate_limit,
     )
 
 

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from quco.errors import ConfigError
 
@@ -102,6 +110,10 @@ class CorpusStatsConfig(_Section):
     retries: int = Field(3, ge=0)
     unknown_policy: Literal["retrieve", "keep"] = "retrieve"  # what a failed lookup means
     concurrency: int = Field(8, ge=1)  # API requests in flight at once
+    # Requests per second to the API server, shared by every thread of the process: "auto" = the public API's
+    # published limit (5/s) for its host api.infini-gram.io and no limit for any other URL (a `quco serve stats`);
+    # a number; or "off". None is "auto" (left out of a run's recorded config, so earlier runs keep their identity).
+    rate_limit: Literal["auto", "off"] | PositiveFloat | None = None
     # Persistent SQLite cache of counts: "auto" = on for the API (a lookup is a network round trip), off for
     # local indexes (a count costs less than a cache write).
     cache: Literal["auto", "on", "off"] = "auto"

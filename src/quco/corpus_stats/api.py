@@ -2,8 +2,10 @@
 
 Protocol (POST ``url``, JSON): ``{"index", "query_type": "count", "query", ["max_clause_freq", "max_diff_tokens"]}``
 -> ``{"count", "approx", "latency"}`` or ``{"error"}``. Every request has a timeout; transport failures,
-timeouts, HTTP 429/5xx and unreadable JSON are retried with exponential backoff and jitter; a lookup that
-still fails comes back as ``status="unknown"`` with the reason, never as a silently skipped check. A request
+timeouts, HTTP 5xx and unreadable JSON are retried with exponential backoff and jitter; a lookup that
+still fails comes back as ``status="unknown"`` with the reason, never as a silently skipped check. Requests
+keep to a rate limit shared by every client of the server in the process (:mod:`quco.corpus_stats.ratelimit`);
+an HTTP 429 pauses that limiter for its ``Retry-After``, slows it down, and the request is sent again. A request
 the server rejects (HTTP 4xx, or an ``error`` field) is not retried: asking again would get the same answer.
 """
 
@@ -25,6 +27,7 @@ from quco.config import CorpusStatsConfig
 from quco.corpus_stats.base import CountResult, Phrase, answer
 from quco.corpus_stats.phrases import aliases, describe, describe_pair
 from quco.corpus_stats.protocol import COOCCURRENCE_FIELD, QUERY_TERMS_FIELD, compose
+from quco.corpus_stats.ratelimit import RateSetting, limiter_for, resolve_rate, retry_after_seconds
 from quco.corpus_stats.rates import HOSTED_INDEX_TOKENS
 from quco.errors import ConfigError
 from quco.retry import RetryPolicy, send_with_retries
@@ -33,6 +36,7 @@ log = logging.getLogger(__name__)
 
 BACKEND = "infini-gram-api"
 MAX_TERMS_PER_CLAUSE = 4  # the hosted API's limit; more aliases are split into several requests
+MAX_THROTTLED = 20  # 429 answers one request waits out (each for its Retry-After) before it counts as failed
 
 
 class _Rejected(Exception):
@@ -91,6 +95,7 @@ class InfiniGramAPI:
         total_tokens: int | None = None,
         transport: httpx.BaseTransport | None = None,
         api_key: str | None = None,
+        rate_limit: RateSetting = "auto",
     ) -> None:
         self.url = url
         self.index = index
@@ -121,8 +126,11 @@ class InfiniGramAPI:
             or httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]),
         )
         self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="quco-stats-api")
+        self.limiter = limiter_for(url, resolve_rate(rate_limit, url))
+        self._counts_lock = threading.Lock()
         self.requests_sent = 0
         self.retries_done = 0
+        self.throttled = 0  # 429 answers, each followed by a pause and the same request again
 
     @classmethod
     def from_config(cls, config: CorpusStatsConfig) -> InfiniGramAPI:
@@ -139,23 +147,42 @@ class InfiniGramAPI:
             retries=config.retries,
             concurrency=config.concurrency,
             api_key=_key_from_env(config.api_key_env),
+            rate_limit="auto" if config.rate_limit is None else config.rate_limit,
         )
 
     # ------------------------------------------------------------------ transport
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
         """One request with retries; returns the decoded answer or raises _Rejected / _Transient."""
+        throttled = [0]
         last = send_with_retries(
-            lambda: self.client.post(self.url, json=payload),
+            lambda: self._send(payload, throttled),
             self._policy,
             self._judge,
             f"{BACKEND} at {self.url}",
         )
-        self.requests_sent += last.attempts
-        self.retries_done += last.attempts - 1
+        with self._counts_lock:
+            self.requests_sent += last.attempts + throttled[0]
+            self.retries_done += last.attempts - 1
+            self.throttled += throttled[0]
         if last.problem is not None or last.response is None:
             raise _Transient(f"failed after {last.attempts} attempts: {last.problem}")
         return _answer(last.response)
+
+    def _send(self, payload: dict[str, Any], throttled: list[int]) -> httpx.Response:
+        """One attempt within the rate limit. A 429 pauses the limiter for its Retry-After and the request goes
+        again, up to ``MAX_THROTTLED`` times; these waits do not use up ``retries``."""
+        while True:
+            self.limiter.acquire()
+            response = self.client.post(self.url, json=payload)
+            if response.status_code != 429:
+                if response.status_code < 400:
+                    self.limiter.answered()
+                return response
+            if throttled[0] >= MAX_THROTTLED:
+                return response  # a transient failure for the retry policy
+            throttled[0] += 1
+            self.limiter.throttled_by_server(retry_after_seconds(response.headers))
 
     def _judge(self, response: httpx.Response | None, error: Exception | None) -> str | None:
         if isinstance(error, httpx.TimeoutException):

@@ -5,13 +5,16 @@ An offline team builds one index of its corpus and serves it to many clients; an
 ``{"index", "query_type": "count", "query" | "query_ids", "max_clause_freq", "max_diff_tokens"}`` and answers
 ``{"count", "approx", "latency", "token_ids", "tokens"}``, or ``{"error"}`` with HTTP 400/500. Two extensions:
 ``"query_terms"`` (CNF as lists of text terms, never parsed, for entities that contain " AND "/" OR ") and
-``"cooccurrence": "document"`` (exact same-document counts). ``GET /`` describes the served indexes.
+``"cooccurrence": "document"`` (exact same-document counts). ``GET /`` describes the served indexes and counts
+the requests answered so far by HTTP status (``rate_limited`` and ``busy`` for the two kinds of 429).
 The empty query counts the index's text tokens (document separators excluded).
 
 Limits keep one client from taking the machine: at most ``MAX_QUERY_CHARS`` characters, ``MAX_CLAUSES`` clauses
 of ``MAX_TERMS_PER_CLAUSE`` terms (400 above), ``concurrency`` counts computed at once and ``queue`` waiting
 (429 with ``Retry-After`` above). With an ``api_key`` every request needs ``Authorization: Bearer <key>`` (401
-otherwise); without one the server listens on loopback only, like ``quco serve api``.
+otherwise); without one the server listens on loopback only, like ``quco serve api``. ``rate_limit`` caps the
+requests per second of each client address, as the hosted API does (429 with ``Retry-After`` above; off by
+default).
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import math
 import os
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -207,6 +212,38 @@ class StatsService:
         return clauses
 
 
+class _RequestLimit:
+    """At most ``rate`` POST requests per second from each client address, with a burst of one second's worth
+    (the hosted API's rule: 5/s per IP, burst multiplier 1). Over the limit: 429 with ``Retry-After``."""
+
+    def __init__(self, rate: float) -> None:
+        if not rate > 0:
+            raise ConfigError(
+                "serve stats: the request limit must be a positive number of requests per second"
+            )
+        self.rate = rate
+        self.burst = max(1.0, rate)
+        self._buckets: dict[str, tuple[float, float]] = {}  # client -> (tokens, at)
+        self._lock = threading.Lock()
+        self.refused = 0
+
+    def take(self, client: str) -> float:
+        """0 if the request may go, else the seconds until it could."""
+        with self._lock:
+            now = time.monotonic()
+            tokens, at = self._buckets.get(client, (self.burst, now))
+            tokens = min(self.burst, tokens + (now - at) * self.rate)
+            if tokens >= 1.0:
+                self._buckets[client] = (tokens - 1.0, now)
+                return 0.0
+            self._buckets[client] = (tokens, now)
+            self.refused += 1
+            if len(self._buckets) > 10_000:  # forget clients idle long enough to be full again
+                idle = self.burst / self.rate
+                self._buckets = {c: v for c, v in self._buckets.items() if now - v[1] < idle}
+            return (1.0 - tokens) / self.rate
+
+
 class _Admission:
     """At most ``concurrency`` counts running and ``queue`` waiting; the rest are turned away at once."""
 
@@ -236,9 +273,15 @@ def create_app(
     api_key: str | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
     queue: int = DEFAULT_QUEUE,
+    rate_limit: float | None = None,
 ):
-    """A plain ASGI application (no framework needed) serving ``service`` within the given limits."""
+    """A plain ASGI application (no framework needed) serving ``service`` within the given limits.
+
+    ``rate_limit``: requests per second per client address (None: no limit).
+    """
     admission = _Admission(concurrency, queue)
+    limit = _RequestLimit(rate_limit) if rate_limit is not None else None
+    served: Counter[str] = Counter()  # POST requests by outcome, shown by GET /
     key = api_key.encode() if api_key else None
 
     def authorised(scope: dict[str, Any]) -> bool:
@@ -275,14 +318,28 @@ def create_app(
                 [(b"www-authenticate", b"Bearer")],
             )
         if scope["method"] == "GET" and scope["path"] in ("/", "/info"):
-            return await _send(send, 200, service.info())
+            info = {**service.info(), "requests": dict(served)}
+            if limit is not None:
+                info["rate_limit"] = {"per_client_per_s": limit.rate, "burst": limit.burst}
+            return await _send(send, 200, info)
         if scope["method"] != "POST":
             return await _send(send, 405, {"error": "use POST / with a JSON body"})
+        if limit is not None:
+            wait = limit.take((scope.get("client") or ("?",))[0])
+            if wait > 0:
+                served["rate_limited"] += 1
+                return await _send(
+                    send,
+                    429,
+                    {"error": f"rate limit: {limit.rate:g} requests/s per client; retry after {wait:.2f} s"},
+                    [(b"retry-after", str(max(1, math.ceil(wait))).encode())],
+                )
         try:
             data = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError):
             return await _send(send, 400, {"error": "request body is not valid JSON"})
         if not admission.enter():
+            served["busy"] += 1
             return await _send(
                 send,
                 429,
@@ -299,6 +356,7 @@ def create_app(
             status, answer = 500, {"error": f"Internal server error: {type(exc).__name__}"}
         finally:
             admission.leave()
+        served[str(status)] += 1
         await _send(send, status, answer)
 
     return app
@@ -334,6 +392,7 @@ def serve_stats(
     api_key_env: str = "QUCO_API_KEY",
     concurrency: int = DEFAULT_CONCURRENCY,
     queue: int = DEFAULT_QUEUE,
+    rate_limit: float | None = None,
 ) -> None:
     """Serve local indexes until interrupted. ``port=0`` picks a free port; the bound URL is printed first.
 
@@ -348,7 +407,7 @@ def serve_stats(
         ) from exc
 
     service = StatsService.open(index_dirs, default_cooccurrence=cooccurrence)
-    app = create_app(service, api_key=api_key, concurrency=concurrency, queue=queue)
+    app = create_app(service, api_key=api_key, concurrency=concurrency, queue=queue, rate_limit=rate_limit)
     # proto=IPPROTO_TCP: asyncio only sets TCP_NODELAY on accepted sockets whose proto says TCP (else +40 ms)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -375,6 +434,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--api-key-env", default="QUCO_API_KEY", help="variable holding the bearer key")
     ap.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
     ap.add_argument("--queue", type=int, default=DEFAULT_QUEUE)
+    ap.add_argument("--rate-limit", type=float, default=None, help="requests per second per client address")
     args = ap.parse_args(argv)
     spec: dict[str, list[str]] = {}
     for item in args.index_dirs:
@@ -390,6 +450,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             api_key_env=args.api_key_env,
             concurrency=args.concurrency,
             queue=args.queue,
+            rate_limit=args.rate_limit,
         )
     except ConfigError as exc:
         raise SystemExit(f"error: {exc}") from None

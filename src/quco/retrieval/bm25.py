@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from itertools import filterfalse
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import bm25s
 import Stemmer
@@ -29,6 +29,7 @@ from quco.config import RetrieverConfig
 from quco.errors import IndexIntegrityError
 from quco.paths import cache_dir
 from quco.retrieval.base import Passage
+from quco.retrieval.bm25_stream import EMPTY_TOKEN, StreamingBM25Builder, tqdm_progress
 from quco.retrieval.corpus import (
     Corpus,
     CorpusReport,
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 INDEX_FORMAT = "quco-bm25"
 INDEX_VERSION = 1  # bump when the on-disk layout or the tokenisation changes
 _BM25_SUBDIR = "bm25"
+Builder = Literal["streaming", "bm25s"]
 _TOKEN_RE = re.compile(r"(?u)\b\w\w+\b")  # bm25s's (and scikit-learn's) default token pattern
 
 
@@ -230,11 +232,17 @@ class BM25Retriever:
         on_error: OnError = "stop",
         progress: bool = True,
         max_query_words: int = 64,
+        builder: Builder = "streaming",
     ) -> BM25Retriever:
         """Read the corpus, index it, verify the counts, and move the result atomically to ``index_dir``.
 
-        An existing index at ``index_dir`` is replaced only once the new one is complete.
+        An existing index at ``index_dir`` is replaced only once the new one is complete. ``builder``:
+        ``"streaming"`` (bounded memory, :mod:`quco.retrieval.bm25_stream`) or ``"bm25s"`` (bm25s's own
+        in-memory ``BM25.index``, about 3 GB per million passages; kept as the reference the streaming build
+        is checked against). Both write the same files.
         """
+        if builder not in ("streaming", "bm25s"):
+            raise ValueError(f"unknown BM25 builder {builder!r}; use 'streaming' or 'bm25s'")
         source = resolve_corpus(source)
         params = params or BM25Params()
         index_dir = Path(index_dir).expanduser()
@@ -244,7 +252,10 @@ class BM25Retriever:
             report = CorpusReport()
             analyzer = _Analyzer(params.stemmer)
             vocab = _VocabBuilder(analyzer)
+            bm25 = bm25s.BM25(k1=params.k1, b=params.b, method=params.method)
+            streaming = StreamingBM25Builder(bm25, tmp / "bm25-work") if builder == "streaming" else None
             corpus_ids: list[list[int]] = []
+            add = streaming.add if streaming is not None else corpus_ids.append
             bar = tqdm(
                 total=source.size_bytes(),
                 unit="B",
@@ -259,18 +270,22 @@ class BM25Retriever:
             with bar, PassageStoreWriter(tmp) as writer:
                 for p in source.iter_passages(on_error=on_error, report=report, progress=advance):
                     writer.add(p.id, p.title, p.text)
-                    corpus_ids.append(vocab.ids(passage_index_text(p.title, p.text, params.index_title)))
-            bm25 = bm25s.BM25(k1=params.k1, b=params.b, method=params.method)
-            bm25.index((corpus_ids, vocab.stem_to_id), show_progress=progress)
-            del corpus_ids
-            indexed = int(bm25.scores["num_docs"])
+                    add(vocab.ids(passage_index_text(p.title, p.text, params.index_title)))
+            if streaming is not None:
+                indexed = streaming.finish(tmp / _BM25_SUBDIR, vocab.stem_to_id, tqdm_progress(progress))
+            else:
+                bm25.index((corpus_ids, vocab.stem_to_id), show_progress=progress)
+                del corpus_ids
+                indexed = int(bm25.scores["num_docs"])
             _verify_counts(source, report, stored=writer.count, indexed=indexed)
-            bm25.save(str(tmp / _BM25_SUBDIR))
+            if streaming is None:
+                bm25.save(str(tmp / _BM25_SUBDIR))
             manifest = {
                 "format": INDEX_FORMAT,
                 "version": INDEX_VERSION,
                 **corpus_manifest(source, fingerprint, report, indexed),
-                "vocabulary": len(vocab.stem_to_id),
+                "vocabulary": len(vocab.stem_to_id) + (EMPTY_TOKEN not in vocab.stem_to_id),  # + bm25s's ""
+                "builder": builder,
                 "params": asdict(params),
                 "bm25s_version": bm25s.__version__,
                 "build_seconds": round(time.perf_counter() - t0, 3),

@@ -7,8 +7,11 @@ when a search returns it.
 from __future__ import annotations
 
 import mmap
+import shutil
+from array import array
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 import numpy as np
 
@@ -17,13 +20,30 @@ OFFSETS_NAME = "passages.offsets.npy"
 _FIELDS = 3  # id, title, text
 
 
+def write_npy_header(fh: IO[bytes], dtype: np.dtype, length: int) -> None:
+    """The header of a 1-D ``.npy`` array of ``length`` items; the caller writes the raw items after it."""
+    np.lib.format.write_array_header_1_0(
+        fh,
+        {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (length,)},
+    )
+
+
 class PassageStoreWriter:
-    """Appends passages to ``passages.bin``; :meth:`close` writes the offsets that delimit them."""
+    """Appends passages to ``passages.bin``; :meth:`close` writes the offsets that delimit them.
+
+    The offsets go to a side file as they come (8 bytes each, three per passage) and become the ``.npy``
+    array on close, so memory does not grow with the corpus.
+    """
+
+    _FLUSH = 1 << 16
 
     def __init__(self, directory: Path) -> None:
         self._dir = directory
         self._fh = (directory / BLOB_NAME).open("wb")
-        self._offsets: list[int] = [0]
+        self._part = directory / (OFFSETS_NAME + ".part")
+        self._offsets_fh = self._part.open("wb")
+        self._offsets = array("q", [0])
+        self._n_offsets = 0
         self._pos = 0
         self.count = 0
 
@@ -34,12 +54,24 @@ class PassageStoreWriter:
             self._pos += len(data)
             self._offsets.append(self._pos)
         self.count += 1
+        if len(self._offsets) >= self._FLUSH:
+            self._flush_offsets()
+
+    def _flush_offsets(self) -> None:
+        self._offsets.tofile(self._offsets_fh)
+        self._n_offsets += len(self._offsets)
+        self._offsets = array("q")
 
     def close(self) -> None:
         if self._fh.closed:
             return
         self._fh.close()
-        np.save(self._dir / OFFSETS_NAME, np.asarray(self._offsets, dtype=np.int64))
+        self._flush_offsets()
+        self._offsets_fh.close()
+        with (self._dir / OFFSETS_NAME).open("wb") as out, self._part.open("rb") as part:
+            write_npy_header(out, np.dtype(np.int64), self._n_offsets)
+            shutil.copyfileobj(part, out, 1 << 22)
+        self._part.unlink()
 
     def __enter__(self) -> PassageStoreWriter:
         return self
