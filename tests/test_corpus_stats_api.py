@@ -416,7 +416,11 @@ def test_rate_limit_setting_tells_the_public_api_from_a_server_of_ones_own():
     assert resolve_rate("auto", "https://stats.example.org/") is None
     assert resolve_rate(2.5, "https://api.infini-gram.io/") == 2.5
     assert resolve_rate("off", "https://api.infini-gram.io/") is None
-    assert CorpusStatsConfig().rate_limit == "auto"
+    assert CorpusStatsConfig().rate_limit is None  # "auto", left out of a run's recorded config
+    assert (
+        InfiniGramAPI.from_config(CorpusStatsConfig(api_url="https://api.infini-gram.io/")).limiter
+        is not None
+    )
     assert CorpusStatsConfig(rate_limit=3).rate_limit == 3
     with pytest.raises(ValueError):
         CorpusStatsConfig(rate_limit=0)
