@@ -191,7 +191,7 @@ def test_the_method_refuses_a_model_gate_without_a_file(tmp_path: Path) -> None:
         gate({"fire": "model", "model": str(tmp_path / "none.json")}).families  # noqa: B018
     path = tmp_path / "g.json"
     GateModel("signal", ["dtr_nll"]).save(path)
-    with pytest.raises(ValueError, match="families not computed"):
+    with pytest.raises(ConfigError, match="families not computed"):
         gate({"fire": "model", "model": str(path), "families": ["flare"]}).families  # noqa: B018
 
 

@@ -170,10 +170,10 @@ class Gate(Method):
         if self.gate is not None:
             unknown = [f for f in self.gate.features if f not in FEATURES]
             if unknown:
-                raise ValueError(f"the gate file reads unknown features: {', '.join(unknown)}")
+                raise ConfigError(f"the gate file reads unknown features: {', '.join(unknown)}")
             missing = {FEATURES[f] for f in self.gate.features} - chosen
             if missing:
-                raise ValueError(f"the gate file reads features of families not computed: {sorted(missing)}")
+                raise ConfigError(f"the gate file reads features of families not computed: {sorted(missing)}")
         return tuple(f for f in FAMILIES if f in chosen)
 
     def inputs(self) -> dict[str, str] | None:
