@@ -42,7 +42,7 @@ class Point:
         return self.fired / self.n if self.n else math.nan
 
 
-def outcome(data: GateData, fire: np.ndarray, families: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+def outcome(data: GateData, fire: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-question EM and F1 of a gate that fires on ``fire``."""
     return np.where(fire, data.open_em, data.closed_em), np.where(fire, data.open_f1, data.closed_f1)
 

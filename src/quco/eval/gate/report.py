@@ -285,9 +285,10 @@ def blocks(report: FrontierReport) -> list[str | Table]:
     return out
 
 
-def markdown(report: FrontierReport) -> str:
+def markdown_lines(parts: Sequence[str | Table]) -> list[str]:
+    """Paragraphs and tables as Markdown lines, a blank line after each."""
     lines: list[str] = []
-    for block in blocks(report):
+    for block in parts:
         if isinstance(block, str):
             lines += [block, ""]
             continue
@@ -296,7 +297,11 @@ def markdown(report: FrontierReport) -> str:
         lines.append("|" + "---|" * len(head))
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         lines.append("")
-    return "\n".join(lines)
+    return lines
+
+
+def markdown(report: FrontierReport) -> str:
+    return "\n".join(markdown_lines(blocks(report)))
 
 
 def to_json(report: FrontierReport) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 from quco.errors import QucoError
 from quco.eval.gate.data import load_gate_data
 from quco.eval.gate.report import FrontierReport, blocks, build_report, figure
+from quco.eval.gate.report import markdown_lines as report_markdown_lines
 from quco.eval.plan import DatasetPlan, Plan
 from quco.signals.gate_model import GateModel
 
@@ -111,13 +112,7 @@ def markdown_lines(sections: Sequence[GateSection], markdown_path: Path) -> list
         if sec.figure is not None:
             rel = os.path.relpath(sec.figure.resolve(), markdown_path.parent.resolve())
             lines += [f"![EM against retrievals per question, {sec.dataset.name}]({rel})", ""]
-        for block in [*blocks(sec.report), *sec.notes]:
-            if isinstance(block, str):
-                lines += [block, ""]
-            else:
-                head, rows = block
-                lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-                lines += ["| " + " | ".join(r) + " |" for r in rows] + [""]
+        lines += report_markdown_lines([*blocks(sec.report), *sec.notes])
     return lines
 
 
