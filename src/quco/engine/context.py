@@ -7,7 +7,7 @@ a method cannot call the LLM, the retriever or the corpus index without it landi
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +39,9 @@ class Parts:
     # when a decision names one.
     retrievers: dict[str, Retriever] = field(default_factory=dict)
     extras: dict[str, Any] = field(default_factory=dict)  # other method-specific parts (a loaded model)
+    # The retrieval corpus of the config, resolved on first call (a corpus name of the realistic world may build
+    # its haystack then); a method building its own index over it (DTR's dense index) reads it from here.
+    corpus: Callable[[], Any] | None = None
 
 
 @dataclass
