@@ -159,7 +159,7 @@ def assemble(
         extractor_generator=extractor_generator,
         analyzer=analyzer,
         retrievers=retrievers,
-        corpus=corpus,
+        corpus_resolver=corpus,
     )
 
 
