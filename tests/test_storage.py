@@ -144,3 +144,17 @@ def test_bm25_index_through_the_build_path(lines: list[str], tmp_path: Path):
     with pytest.raises(CorpusFormatError, match="line 41: invalid JSON"):
         ensure_index(corpus, out, params=BM25Params(k1=0.9), progress=False, force=True)
     assert len(BM25Retriever.load(out)) == 80 and _siblings(tmp_path) == ["c.jsonl", "cache", "idx"]
+
+
+def test_file_sha256_remembered_follows_the_file(tmp_path: Path):
+    import hashlib
+    import os
+
+    path = tmp_path / "f.bin"
+    storage.write_text_atomic(path, "first")
+    assert storage.file_sha256(path) == hashlib.sha256(b"first").hexdigest()
+    assert storage.file_sha256(path, remember=True) == storage.file_sha256(path)
+    storage.write_text_atomic(path, "second")
+    os.utime(path, ns=(2, 2))  # another mtime: the remembered digest no longer applies
+    assert storage.file_sha256(path, remember=True) == hashlib.sha256(b"second").hexdigest()
+    assert _siblings(tmp_path) == ["cache", "f.bin"]  # the temporary file of each write is gone

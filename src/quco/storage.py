@@ -236,11 +236,15 @@ def remembered_digest(path: Path, kind: str, prefix: bytes = b"") -> str:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and move it into place: a crash leaves the old file."""
+    """Write ``text`` to a temporary file beside ``path``, flush it to disk and move it into place: a crash
+    leaves the old file or the new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
