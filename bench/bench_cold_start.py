@@ -82,10 +82,11 @@ def phase_breakdown(question: str) -> dict:
     timed("load the converted model", lambda: shared_generator(cfg.generator))
 
     from quco.corpus_stats import build_corpus_stats
-    from quco.retrieval import build_retriever, corpus_source
+    from quco.retrieval import build_retriever
+    from quco.world.corpora import resolve_corpus
 
-    timed("build the BM25 index", lambda: build_retriever(cfg.retriever, progress=False))
-    source = corpus_source(cfg.retriever.corpus)
+    source = resolve_corpus(cfg.retriever.corpus)
+    timed("build the BM25 index", lambda: build_retriever(cfg.retriever, progress=False, corpus=source))
     timed(
         "build the statistics index",
         lambda: build_corpus_stats(cfg.corpus_stats, source.docs, source.fingerprint(), progress=False),

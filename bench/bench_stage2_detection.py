@@ -48,9 +48,9 @@ from quco.corpus_stats.local import LocalInfiniGram
 from quco.eval.detection import MIN_GROUP, first_draft_checks
 from quco.eval.runs import load_run
 from quco.eval.stats import auroc, proportion_difference
-from quco.retrieval.corpus import corpus_source
 from quco.text import build_text
 from quco.trace import as_trace
+from quco.world.corpora import resolve_corpus
 
 # A claim as counted: head count, tail count (None for a head-only claim), co-occurrence (None likewise).
 Counted = tuple[int | None, int | None, int | None]
@@ -129,7 +129,7 @@ def in_fraction(doc_id: str, fraction: float) -> bool:
 
 def fraction_stats(cfg: PipelineConfig, fraction: float, workdir: Path) -> CorpusStats:
     """The config's statistics index, or one built over ``fraction`` of its documents."""
-    source = corpus_source(cfg.corpus_stats.corpus or cfg.retriever.corpus)
+    source = resolve_corpus(cfg.corpus_stats.corpus or cfg.retriever.corpus)
     if fraction >= 1.0:
         return build_corpus_stats(
             cfg.corpus_stats, source.docs, source.fingerprint(), progress=False, cache=False

@@ -33,6 +33,7 @@ from pathlib import Path
 from quco.paths import data_dir
 from quco.retrieval.bm25 import BM25Retriever, ensure_index
 from quco.retrieval.corpus import CorpusSource
+from quco.world.corpora import resolve_corpus
 from quco.world.sources import pool_for
 
 BARE = r"""
@@ -135,7 +136,7 @@ def main() -> None:
     args = ap.parse_args()
     print(f"machine load: {os.getloadavg()}")
 
-    haystack = CorpusSource.resolve(f"haystack:{args.dataset}")
+    haystack = resolve_corpus(f"haystack:{args.dataset}")
     manifest = json.loads((haystack.path.parent / "manifest.json").read_text(encoding="utf-8"))
     print(
         f"haystack {haystack.path}: {manifest['passages']:,} passages ({manifest['article_passages']:,} from "

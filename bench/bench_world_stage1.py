@@ -22,14 +22,14 @@ from pathlib import Path
 from quco.config import load_config
 from quco.corpus_stats import build_corpus_stats
 from quco.datasets import load_dataset
-from quco.retrieval import corpus_source
 from quco.text import build_text
+from quco.world.corpora import resolve_corpus
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 def stage1(cfg, questions: list[str]) -> list[dict]:  # noqa: ANN001
-    source = corpus_source(cfg.corpus_stats.corpus or cfg.retriever.corpus)
+    source = resolve_corpus(cfg.corpus_stats.corpus or cfg.retriever.corpus)
     stats = build_corpus_stats(cfg.corpus_stats, source.docs, source.fingerprint(), progress=True)
     text = build_text(cfg.text)
     p = cfg.params

@@ -40,7 +40,7 @@ from quco.corpus_stats.local import LocalInfiniGram
 from quco.corpus_stats.verify import IndexScan
 from quco.corpus_stats.windows import near_same_document, positions
 from quco.paths import data_dir
-from quco.retrieval import corpus_docs
+from quco.world.corpora import corpus_docs
 from quco.world.sources import ARTICLE_COUNT
 
 

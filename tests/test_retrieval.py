@@ -430,7 +430,7 @@ def test_build_retriever_reuses_and_separates_corpora(hotpot_lines: list[str], t
     def no_build(*args, **kwargs):
         raise AssertionError("the existing index should have been reused")
 
-    monkeypatch.setattr(BM25Retriever, "build", no_build)
+    monkeypatch.setattr("quco.retrieval.bm25._write_index", no_build)
     again = build_retriever(RetrieverConfig(corpus=str(a), max_query_words=5), progress=False)
     assert again.index_dir == first.index_dir and again.manifest["built_at"] == built_at
     assert again.max_query_words == 5

@@ -23,8 +23,10 @@ from quco.corpus_stats.verify import IndexScan, positions, window_rule, window_s
 from quco.errors import CorpusFormatError
 from quco.retrieval import BM25Retriever, CorpusReport, CorpusSource, corpus_docs
 from quco.retrieval.bm25 import ensure_index
-from quco.retrieval.corpus import CorpusSet, file_sha256, resolve_corpus
+from quco.retrieval.corpus import CorpusSet
+from quco.storage import file_sha256
 from quco.world import guard
+from quco.world.corpora import resolve_corpus, resolve_source
 from quco.world.haystack import HaystackManifest, ensure_haystack, plan
 from quco.world.sources import ARTICLE_FILES, ARTICLE_SHA256, POOLS
 
@@ -154,7 +156,10 @@ def test_haystack_rebuild_is_byte_identical_reused_or_refused(haystack, article_
 
 def test_haystack_is_a_retrieval_corpus_with_its_indexes_inside(haystack, hotpot_dev):
     target, manifest = haystack
-    source = CorpusSource.resolve(str(target))
+    source = resolve_corpus(str(target))
+    assert resolve_corpus(f"haystack:{target}").path == source.path
+    with pytest.raises(CorpusFormatError, match="not found"):
+        CorpusSource.resolve(str(target))  # the file reader knows no haystack: the world resolves it
     assert source.path == target / manifest.file and source.index_home == target
     report = CorpusReport()
     passages = list(source.iter_passages(report=report))
@@ -213,7 +218,7 @@ def test_pubmedqa_haystack_holds_the_abstracts_without_conclusions_or_labels(
         assert rec["QUESTION"] not in text
     # BM25 over the slice, top 3 for each question: five questions find their own abstract among the article
     # passages. The sixth ("Double balloon enteroscopy: ...?") does not: its abstract only says "DBE".
-    retriever, _ = ensure_index(CorpusSource.resolve(str(target)), progress=False)
+    retriever, _ = ensure_index(resolve_corpus(str(target)), progress=False)
     found = [
         i
         for i, rec in enumerate(records.values(), start=1)
@@ -252,7 +257,9 @@ def test_corpus_set_reads_files_in_order_with_one_report(article_slices, pool_sl
     assert len(docs) == N_POOL + 1 and report.skipped == 1
     assert report.skipped_lines[0].reason.startswith("bad.jsonl: ")
     with pytest.raises(CorpusFormatError, match="several files"):
-        CorpusSource.resolve("wiki-articles")
+        resolve_source("wiki-articles")
+    with pytest.raises(CorpusFormatError, match="not found"):
+        CorpusSource.resolve("wiki-articles")  # the file reader knows no world names
 
 
 def test_world_corpus_names_resolve_to_the_data_files(data_root):

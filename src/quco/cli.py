@@ -220,8 +220,9 @@ def index_all(
 
 def _index_bm25(corpus: str | list[str], out_dir: Path | None, on_error: str, progress: bool) -> None:
     from quco.retrieval import index_corpus
+    from quco.world.corpora import resolve_corpus
 
-    report = index_corpus(corpus, out_dir=out_dir, on_error=on_error, progress=progress)
+    report = index_corpus(resolve_corpus(corpus), out_dir=out_dir, on_error=on_error, progress=progress)
     out.print(
         f"BM25: {report.passages_indexed} passages indexed from {report.lines_read} lines "
         f"({report.skipped} skipped) {'reused, checked' if report.reused else 'built'} in {report.seconds:.1f}s "
@@ -232,37 +233,26 @@ def _index_bm25(corpus: str | list[str], out_dir: Path | None, on_error: str, pr
 def _index_stats(
     corpus: str | list[str], out_dir: Path | None, tokenizer: str, on_error: str, progress: bool
 ) -> None:
-    from quco.corpus_stats import Manifest, build_local_index, default_index_dir
-    from quco.retrieval import CorpusReport, corpus_docs
-    from quco.storage import clean_stale_builds, locked
+    from quco.corpus_stats import default_index_dir, ensure_local_index
+    from quco.retrieval import CorpusReport
+    from quco.world.corpora import corpus_docs
 
     docs = corpus_docs(corpus, on_error=on_error)  # type: ignore[arg-type]
-    target = (
-        (out_dir or default_index_dir(docs.fingerprint, tokenizer, docs.source.index_home))
-        .expanduser()
-        .resolve()
+    target = out_dir or default_index_dir(docs.fingerprint, tokenizer, docs.source.index_home)
+    report = CorpusReport()
+    t0 = time.perf_counter()
+    manifest, reused = ensure_local_index(
+        lambda: docs(report),
+        docs.fingerprint,
+        tokenizer,
+        target,
+        progress=progress,
+        total_docs=docs.expected_docs,
     )
-    with locked(target):
-        if target.exists():
-            manifest = Manifest.read(target)
-            if manifest.corpus_fingerprint == docs.fingerprint:
-                out.print(f"corpus statistics: index exists ({manifest.doc_count} documents) -> {target}")
-                return
-            raise QucoError(
-                f"{target} already holds an index of another corpus; choose another --out or delete it"
-            )
-        clean_stale_builds(target)
-        report = CorpusReport()
-        t0 = time.perf_counter()
-        build_local_index(
-            docs(report),
-            target,
-            tokenizer=tokenizer,
-            progress=progress,
-            corpus_fingerprint=docs.fingerprint,
-            total_docs=docs.expected_docs,
-        )
-    manifest = Manifest.read(target)
+    target = target.expanduser().resolve()
+    if reused:
+        out.print(f"corpus statistics: index exists ({manifest.doc_count} documents) -> {target}")
+        return
     if manifest.doc_count != report.passages:
         raise QucoError(
             f"index holds {manifest.doc_count} documents but {report.passages} were read; rebuild it"
@@ -377,9 +367,11 @@ def index_dense_cmd(
 ) -> None:
     """Build a dense (sentence-transformers + FAISS) index of a corpus, embeddings stored once and memory-mapped."""
     from quco.retrieval.dense import index_dense
+    from quco.world.corpora import resolve_source
 
     _setup_logging(verbose)
-    report = index_dense(corpus, out_dir=out_dir, model=model, progress=progress, on_error=on_error)
+    source = resolve_source(corpus)
+    report = index_dense(source, out_dir=out_dir, model=model, progress=progress, on_error=on_error)
     out.print(
         f"dense: {report.passages_indexed} passages ({report.dim}-dim, {report.model}) from {report.lines_read} lines "
         f"({report.skipped} skipped) in {report.seconds:.1f}s -> {report.index_dir}"

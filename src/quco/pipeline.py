@@ -6,9 +6,11 @@ Wo-RAG builds no retriever, SR-RAG no corpus-statistics index.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from quco.answer import STRICT, AnswerProtocol
@@ -61,6 +63,18 @@ def shared_generator(config: GeneratorConfig):  # noqa: ANN201 - a quco.llm.base
         return _GENERATORS[key]
 
 
+def _corpus_resolver(spec: str) -> Callable[[], Any]:
+    """The corpus ``spec`` names, resolved on the first call only (``quco.world.corpora`` knows the names)."""
+
+    @functools.cache
+    def resolve() -> Any:
+        from quco.world.corpora import resolve_corpus
+
+        return resolve_corpus(spec)
+
+    return resolve
+
+
 def assemble(
     config: PipelineConfig, method: Method, progress: bool = True, share: Parts | None = None
 ) -> Parts:
@@ -97,16 +111,18 @@ def assemble(
     exemplars = load_exemplars(config.prompt.exemplars)[: config.prompt.fewshot]
     template = configured_template(config.prompt, method.template)
 
+    corpus = _corpus_resolver(config.retriever.corpus)
     retriever = corpus_stats = None
     if shape.retriever or shape.corpus_stats:
-        from quco.retrieval import build_retriever, corpus_source
+        from quco.retrieval import build_retriever
+        from quco.world.corpora import resolve_corpus
 
-        source = corpus_source(config.retriever.corpus)
+        source = corpus()
         if shape.retriever:
             if same is not None and share.retriever is not None and same.retriever == config.retriever:
                 retriever = share.retriever
             else:
-                retriever = build_retriever(config.retriever, progress=progress)
+                retriever = build_retriever(config.retriever, progress=progress, corpus=source)
         if shape.corpus_stats:
             if (
                 same is not None
@@ -118,7 +134,7 @@ def assemble(
                 from quco.corpus_stats import build_corpus_stats
 
                 stats_source = (
-                    corpus_source(config.corpus_stats.corpus) if config.corpus_stats.corpus else source
+                    resolve_corpus(config.corpus_stats.corpus) if config.corpus_stats.corpus else source
                 )
                 cache = {"auto": None, "on": True, "off": False}[config.corpus_stats.cache]
                 corpus_stats = build_corpus_stats(
@@ -143,6 +159,7 @@ def assemble(
         extractor_generator=extractor_generator,
         analyzer=analyzer,
         retrievers=retrievers,
+        corpus_resolver=corpus,
     )
 
 

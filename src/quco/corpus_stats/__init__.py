@@ -3,7 +3,7 @@
 from quco.corpus_stats.base import CorpusStats, CountResult, Phrase
 from quco.corpus_stats.build import Manifest, StatsIndexError, build_local_index
 from quco.corpus_stats.cache import CachedCorpusStats
-from quco.corpus_stats.factory import build_corpus_stats, default_index_dir
+from quco.corpus_stats.factory import build_corpus_stats, default_index_dir, ensure_local_index
 from quco.corpus_stats.local import LocalInfiniGram
 from quco.corpus_stats.rates import CountThreshold, count_for_rate, per_billion
 
@@ -37,6 +37,7 @@ __all__ = [
     "count_for_rate",
     "create_app",
     "default_index_dir",
+    "ensure_local_index",
     "per_billion",
     "serve_stats",
 ]

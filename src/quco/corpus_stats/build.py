@@ -28,7 +28,7 @@ from tqdm import tqdm
 from quco.corpus_stats.encoding import CorpusEncoder
 from quco.corpus_stats.tokenizer import TOKENIZER_FILE, IndexTokenizer, load_tokenizer
 from quco.errors import QucoError
-from quco.storage import staged, staging_dir
+from quco.storage import ensure_built, staging_dir
 
 log = logging.getLogger(__name__)
 
@@ -237,89 +237,120 @@ def build_local_index(
     if out_dir.exists():
         raise StatsIndexError(f"index directory {out_dir} already exists; remove it or choose another --out")
     tok = load_tokenizer(tokenizer)
-    encoder = CorpusEncoder(tok)
     check_index_path(staging_dir(out_dir))
-    started = time.perf_counter()
-    with staged(out_dir, replace=False) as tmp:  # the rename fails if out_dir appeared meanwhile
-        sha = hashlib.sha256()
-        writer = _ShardWriter(tmp, tok, max_shard_tokens)
-        bar = tqdm(
-            desc=f"tokenizing ({tok.name})",
-            unit=" docs",
-            total=total_docs,
-            disable=not progress,
-            mininterval=0.5,
-        )
-        with open(tmp / DOC_IDS_FILE, "w", encoding="utf-8") as idf:
-
-            def flush(batch: list[tuple[str, str]]) -> None:
-                for ids in encoder.encode_batch([t for _, t in batch]):
-                    writer.write(ids)
-                idf.write("".join(doc_id.replace("\n", " ") + "\n" for doc_id, _ in batch))
-                bar.update(len(batch))
-
-            batch: list[tuple[str, str]] = []
-            for doc_id, text in docs:
-                doc_id, text = str(doc_id), str(text)
-                sha.update(f"{doc_id}\t{text}\n".encode())
-                batch.append((doc_id, text))
-                if len(batch) >= batch_size:
-                    flush(batch)
-                    batch = []
-            if batch:
-                flush(batch)
-        writer.close()
-        bar.close()
-        tokenize_s = time.perf_counter() - started
-        shards = writer.shards
-        n_docs = sum(s["docs"] for s in shards)
-        n_tokens = sum(s["tokens"] for s in shards)
-        if n_docs == 0:
-            raise StatsIndexError(f"no documents to index for {out_dir}; check the corpus file")
-        if n_tokens == 0:
-            raise StatsIndexError(
-                f"the corpus for {out_dir} has no text to index (all {n_docs} documents empty)"
-            )
-        width = np.dtype(tok.np_dtype).itemsize
-        ds_bytes = sum((tmp / f"tokenized.{i}").stat().st_size for i in range(len(shards)))
-        log.info(
-            "tokenized %d docs, %d tokens in %.1f s (%d distinct whitespace chunks sent to the tokenizer); "
-            "building suffix arrays for %d shard(s)",
-            n_docs,
-            n_tokens,
-            tokenize_s,
-            encoder.chunks_tokenized,
-            len(shards),
-        )
-        sa_started = time.perf_counter()
-        with tqdm(
-            total=len(shards), desc=f"suffix array ({n_tokens:,} tokens)", unit=" shard", disable=not progress
-        ) as sa_bar:
-            params = _build_suffix_arrays(tmp, tok.token_dtype, len(shards), ds_bytes)
-            sa_bar.update(len(shards))
-        suffix_array_s = time.perf_counter() - sa_started
-        _verify_tables(tmp, len(shards), width)
-        if tok.json_text is not None:
-            (tmp / TOKENIZER_FILE).write_text(tok.json_text, encoding="utf-8")
-        manifest = Manifest(
-            corpus_sha256=sha.hexdigest(),
+    built, _ = ensure_built(
+        out_dir,
+        lambda tmp: write_local_index(
+            docs,
+            tmp,
+            tok,
+            progress,
             corpus_fingerprint=corpus_fingerprint,
-            doc_count=n_docs,
-            token_count=n_tokens,
-            tokenizer=tok.name,
-            tokenizer_sha256=tok.sha256,
-            token_dtype=tok.token_dtype,
-            vocab_size=tok.vocab_size,
-            shards=shards,
-            engine_version=_engine_version(),
-            build_seconds=round(time.perf_counter() - started, 3),
-            build_params={**params, "max_shard_tokens": max_shard_tokens},
-            created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            tokenize_seconds=round(tokenize_s, 3),
-            suffix_array_seconds=round(suffix_array_s, 3),
-        )
-        (tmp / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
-    return out_dir
+            max_shard_tokens=max_shard_tokens,
+            batch_size=batch_size,
+            total_docs=total_docs,
+            target=out_dir,
+        ),
+        reusable=lambda _: False,
+        load=lambda target: target,
+        replace=False,  # the rename fails if out_dir appeared meanwhile
+    )
+    return built
+
+
+def write_local_index(
+    docs: Iterable[tuple[str, str]],
+    tmp: Path,
+    tok: IndexTokenizer,
+    progress: bool = True,
+    *,
+    corpus_fingerprint: str | None = None,
+    max_shard_tokens: int = DEFAULT_MAX_SHARD_TOKENS,
+    batch_size: int = 500,
+    total_docs: int | None = None,
+    target: Path | None = None,
+) -> None:
+    """Tokenize ``docs`` into the empty directory ``tmp`` and build the suffix arrays there, the manifest last;
+    ``target`` (where ``tmp`` will go) names the index in messages."""
+    target = target or tmp
+    encoder = CorpusEncoder(tok)
+    started = time.perf_counter()
+    sha = hashlib.sha256()
+    writer = _ShardWriter(tmp, tok, max_shard_tokens)
+    bar = tqdm(
+        desc=f"tokenizing ({tok.name})",
+        unit=" docs",
+        total=total_docs,
+        disable=not progress,
+        mininterval=0.5,
+    )
+    with open(tmp / DOC_IDS_FILE, "w", encoding="utf-8") as idf:
+
+        def flush(batch: list[tuple[str, str]]) -> None:
+            for ids in encoder.encode_batch([t for _, t in batch]):
+                writer.write(ids)
+            idf.write("".join(doc_id.replace("\n", " ") + "\n" for doc_id, _ in batch))
+            bar.update(len(batch))
+
+        batch: list[tuple[str, str]] = []
+        for doc_id, text in docs:
+            doc_id, text = str(doc_id), str(text)
+            sha.update(f"{doc_id}\t{text}\n".encode())
+            batch.append((doc_id, text))
+            if len(batch) >= batch_size:
+                flush(batch)
+                batch = []
+        if batch:
+            flush(batch)
+    writer.close()
+    bar.close()
+    tokenize_s = time.perf_counter() - started
+    shards = writer.shards
+    n_docs = sum(s["docs"] for s in shards)
+    n_tokens = sum(s["tokens"] for s in shards)
+    if n_docs == 0:
+        raise StatsIndexError(f"no documents to index for {target}; check the corpus file")
+    if n_tokens == 0:
+        raise StatsIndexError(f"the corpus for {target} has no text to index (all {n_docs} documents empty)")
+    width = np.dtype(tok.np_dtype).itemsize
+    ds_bytes = sum((tmp / f"tokenized.{i}").stat().st_size for i in range(len(shards)))
+    log.info(
+        "tokenized %d docs, %d tokens in %.1f s (%d distinct whitespace chunks sent to the tokenizer); "
+        "building suffix arrays for %d shard(s)",
+        n_docs,
+        n_tokens,
+        tokenize_s,
+        encoder.chunks_tokenized,
+        len(shards),
+    )
+    sa_started = time.perf_counter()
+    with tqdm(
+        total=len(shards), desc=f"suffix array ({n_tokens:,} tokens)", unit=" shard", disable=not progress
+    ) as sa_bar:
+        params = _build_suffix_arrays(tmp, tok.token_dtype, len(shards), ds_bytes)
+        sa_bar.update(len(shards))
+    suffix_array_s = time.perf_counter() - sa_started
+    _verify_tables(tmp, len(shards), width)
+    if tok.json_text is not None:
+        (tmp / TOKENIZER_FILE).write_text(tok.json_text, encoding="utf-8")
+    manifest = Manifest(
+        corpus_sha256=sha.hexdigest(),
+        corpus_fingerprint=corpus_fingerprint,
+        doc_count=n_docs,
+        token_count=n_tokens,
+        tokenizer=tok.name,
+        tokenizer_sha256=tok.sha256,
+        token_dtype=tok.token_dtype,
+        vocab_size=tok.vocab_size,
+        shards=shards,
+        engine_version=_engine_version(),
+        build_seconds=round(time.perf_counter() - started, 3),
+        build_params={**params, "max_shard_tokens": max_shard_tokens},
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        tokenize_seconds=round(tokenize_s, 3),
+        suffix_array_seconds=round(suffix_array_s, 3),
+    )
+    (tmp / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
 
 
 def index_size_bytes(index_dir: Path) -> int:

@@ -11,14 +11,14 @@ from quco.corpus_stats.base import CorpusStats
 from quco.corpus_stats.build import (
     Manifest,
     StatsIndexError,
-    build_local_index,
     check_index_path,
+    write_local_index,
 )
 from quco.corpus_stats.local import LocalInfiniGram
 from quco.corpus_stats.tokenizer import load_tokenizer, tokenizer_label
 from quco.errors import ConfigError
 from quco.paths import cache_dir
-from quco.storage import clean_stale_builds, locked
+from quco.storage import ensure_built, staging_dir
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,47 @@ def check_manifest(index_dir: Path, corpus_fingerprint: str | None, tokenizer: s
     return manifest
 
 
+def ensure_local_index(
+    corpus_docs: Callable[[], Iterable[tuple[str, str]]],
+    corpus_fingerprint: str,
+    tokenizer: str,
+    index_dir: Path,
+    *,
+    progress: bool = True,
+    total_docs: int | None = None,
+) -> tuple[Manifest, bool]:
+    """(manifest, reused): open the index at ``index_dir`` if it holds this corpus under this tokenizer, else
+    build it; one builder at a time, the others wait, then open what it built.
+
+    An index of another corpus or tokenizer there is refused (counts would silently differ), not replaced.
+    ``corpus_docs`` is only called when the index has to be built.
+    """
+    index_dir = Path(index_dir).expanduser().resolve()
+    check_index_path(index_dir)
+    tok = load_tokenizer(tokenizer)
+    check_index_path(staging_dir(index_dir))
+
+    def reusable(directory: Path) -> bool:
+        if not directory.exists():
+            return False
+        check_manifest(directory, corpus_fingerprint, tokenizer)
+        return True
+
+    def write(tmp: Path) -> None:
+        log.info("building corpus-statistics index %s", index_dir)
+        write_local_index(
+            corpus_docs(),
+            tmp,
+            tok,
+            progress,
+            corpus_fingerprint=corpus_fingerprint,
+            total_docs=total_docs,
+            target=index_dir,
+        )
+
+    return ensure_built(index_dir, write, reusable=reusable, load=Manifest.read, replace=False)
+
+
 def open_or_build_local(
     config: CorpusStatsConfig,
     corpus_docs: Callable[[], Iterable[tuple[str, str]]],
@@ -63,22 +104,7 @@ def open_or_build_local(
         if config.index_dir
         else default_index_dir(corpus_fingerprint, config.tokenizer, home)
     )
-    check_index_path(index_dir)
-    if not index_dir.exists():
-        index_dir.parent.mkdir(parents=True, exist_ok=True)
-        # One builder at a time; others wait, then open what it built.
-        with locked(index_dir):
-            clean_stale_builds(index_dir)
-            if not index_dir.exists():
-                log.info("building corpus-statistics index %s", index_dir)
-                build_local_index(
-                    corpus_docs(),
-                    index_dir,
-                    tokenizer=config.tokenizer,
-                    progress=progress,
-                    corpus_fingerprint=corpus_fingerprint,
-                )
-    check_manifest(index_dir, corpus_fingerprint, config.tokenizer)
+    ensure_local_index(corpus_docs, corpus_fingerprint, config.tokenizer, index_dir, progress=progress)
     return LocalInfiniGram(
         index_dir,
         cooccurrence=config.cooccurrence,

@@ -7,7 +7,7 @@ a method cannot call the LLM, the retriever or the corpus index without it landi
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +39,16 @@ class Parts:
     # when a decision names one.
     retrievers: dict[str, Retriever] = field(default_factory=dict)
     extras: dict[str, Any] = field(default_factory=dict)  # other method-specific parts (a loaded model)
+    # Resolves the config's retrieval corpus, on the first call only (a corpus name of the realistic world may
+    # build its haystack then); set by pipeline assembly. Read it through ``corpus()``.
+    corpus_resolver: Callable[[], Any] | None = None
+
+    def corpus(self) -> Any:
+        """The retrieval corpus resolved, for a method building its own index over it (DTR's dense index);
+        parts assembled without a resolver hand on the configured corpus, which must then name files."""
+        if self.corpus_resolver is None:
+            return self.config.retriever.corpus
+        return self.corpus_resolver()
 
 
 @dataclass

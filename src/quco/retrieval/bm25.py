@@ -236,72 +236,22 @@ class BM25Retriever:
     ) -> BM25Retriever:
         """Read the corpus, index it, verify the counts, and move the result atomically to ``index_dir``.
 
-        An existing index at ``index_dir`` is replaced only once the new one is complete. ``builder``:
+        An existing index at ``index_dir`` is replaced only once the new one is complete (the build goes
+        through :func:`quco.storage.ensure_built`, never reusing). ``builder``:
         ``"streaming"`` (bounded memory, :mod:`quco.retrieval.bm25_stream`) or ``"bm25s"`` (bm25s's own
         in-memory ``BM25.index``, about 3 GB per million passages; kept as the reference the streaming build
         is checked against). Both write the same files.
         """
         if builder not in ("streaming", "bm25s"):
             raise ValueError(f"unknown BM25 builder {builder!r}; use 'streaming' or 'bm25s'")
-        source = resolve_corpus(source)
-        params = params or BM25Params()
-        index_dir = Path(index_dir).expanduser()
-        with storage.staged(index_dir) as tmp:
-            t0 = time.perf_counter()
-            fingerprint = source.fingerprint()
-            report = CorpusReport()
-            analyzer = _Analyzer(params.stemmer)
-            vocab = _VocabBuilder(analyzer)
-            bm25 = bm25s.BM25(k1=params.k1, b=params.b, method=params.method)
-            streaming = StreamingBM25Builder(bm25, tmp / "bm25-work") if builder == "streaming" else None
-            corpus_ids: list[list[int]] = []
-            add = streaming.add if streaming is not None else corpus_ids.append
-            bar = tqdm(
-                total=source.size_bytes(),
-                unit="B",
-                unit_scale=True,
-                desc=f"Reading {source.paths[0].name}" + (" …" if len(source.paths) > 1 else ""),
-                disable=not progress,
-            )
-
-            def advance(pos: int) -> None:
-                bar.update(pos - bar.n)
-
-            with bar, PassageStoreWriter(tmp) as writer:
-                for p in source.iter_passages(on_error=on_error, report=report, progress=advance):
-                    writer.add(p.id, p.title, p.text)
-                    add(vocab.ids(passage_index_text(p.title, p.text, params.index_title)))
-            if streaming is not None:
-                indexed = streaming.finish(tmp / _BM25_SUBDIR, vocab.stem_to_id, tqdm_progress(progress))
-            else:
-                bm25.index((corpus_ids, vocab.stem_to_id), show_progress=progress)
-                del corpus_ids
-                indexed = int(bm25.scores["num_docs"])
-            _verify_counts(source, report, stored=writer.count, indexed=indexed)
-            if streaming is None:
-                bm25.save(str(tmp / _BM25_SUBDIR))
-            manifest = {
-                "format": INDEX_FORMAT,
-                "version": INDEX_VERSION,
-                **corpus_manifest(source, fingerprint, report, indexed),
-                "vocabulary": len(vocab.stem_to_id) + (EMPTY_TOKEN not in vocab.stem_to_id),  # + bm25s's ""
-                "builder": builder,
-                "params": asdict(params),
-                "bm25s_version": bm25s.__version__,
-                "build_seconds": round(time.perf_counter() - t0, 3),
-                "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            }
-            storage.write_json(tmp / MANIFEST_NAME, manifest)
-            cls.load(tmp)  # what is on disk must pass the same checks a later load applies
-        log.info(
-            "indexed %d passages from %s into %s in %.1f s (%d lines skipped)",
-            indexed,
-            source.name,
-            index_dir,
-            manifest["build_seconds"],
-            report.skipped,
+        corpus = resolve_corpus(source)
+        retriever, _ = storage.ensure_built(
+            Path(index_dir).expanduser(),
+            lambda tmp: _write_index(corpus, tmp, params or BM25Params(), on_error, progress, builder),
+            reusable=lambda _: False,
+            load=lambda target: cls.load(target, max_query_words=max_query_words),
         )
-        return cls.load(index_dir, max_query_words=max_query_words)
+        return retriever
 
     @classmethod
     def load(
@@ -323,6 +273,65 @@ class BM25Retriever:
                 f"{indexed}, the passage store {len(store)}; delete it and rebuild"
             )
         return cls(bm25, store, manifest, index_dir, max_query_words=max_query_words, n_threads=n_threads)
+
+
+def _write_index(
+    source: Corpus, tmp: Path, params: BM25Params, on_error: OnError, progress: bool, builder: Builder
+) -> None:
+    """Read the corpus, index it into the empty directory ``tmp``, verify the counts, write the manifest last."""
+    t0 = time.perf_counter()
+    fingerprint = source.fingerprint()
+    report = CorpusReport()
+    analyzer = _Analyzer(params.stemmer)
+    vocab = _VocabBuilder(analyzer)
+    bm25 = bm25s.BM25(k1=params.k1, b=params.b, method=params.method)
+    streaming = StreamingBM25Builder(bm25, tmp / "bm25-work") if builder == "streaming" else None
+    corpus_ids: list[list[int]] = []
+    add = streaming.add if streaming is not None else corpus_ids.append
+    bar = tqdm(
+        total=source.size_bytes(),
+        unit="B",
+        unit_scale=True,
+        desc=f"Reading {source.paths[0].name}" + (" …" if len(source.paths) > 1 else ""),
+        disable=not progress,
+    )
+
+    def advance(pos: int) -> None:
+        bar.update(pos - bar.n)
+
+    with bar, PassageStoreWriter(tmp) as writer:
+        for p in source.iter_passages(on_error=on_error, report=report, progress=advance):
+            writer.add(p.id, p.title, p.text)
+            add(vocab.ids(passage_index_text(p.title, p.text, params.index_title)))
+    if streaming is not None:
+        indexed = streaming.finish(tmp / _BM25_SUBDIR, vocab.stem_to_id, tqdm_progress(progress))
+    else:
+        bm25.index((corpus_ids, vocab.stem_to_id), show_progress=progress)
+        del corpus_ids
+        indexed = int(bm25.scores["num_docs"])
+    _verify_counts(source, report, stored=writer.count, indexed=indexed)
+    if streaming is None:
+        bm25.save(str(tmp / _BM25_SUBDIR))
+    manifest = {
+        "format": INDEX_FORMAT,
+        "version": INDEX_VERSION,
+        **corpus_manifest(source, fingerprint, report, indexed),
+        "vocabulary": len(vocab.stem_to_id) + (EMPTY_TOKEN not in vocab.stem_to_id),  # + bm25s's ""
+        "builder": builder,
+        "params": asdict(params),
+        "bm25s_version": bm25s.__version__,
+        "build_seconds": round(time.perf_counter() - t0, 3),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    storage.write_json(tmp / MANIFEST_NAME, manifest)
+    BM25Retriever.load(tmp)  # what is on disk must pass the same checks a later load applies
+    log.info(
+        "indexed %d passages from %s in %.1f s (%d lines skipped)",
+        indexed,
+        source.name,
+        manifest["build_seconds"],
+        report.skipped,
+    )
 
 
 def _verify_counts(source: Corpus, report: CorpusReport, *, stored: int, indexed: int) -> None:
@@ -349,8 +358,10 @@ def default_index_dir(fingerprint: str, home: Path | None = None) -> Path:
     return cache_dir() / "bm25" / fingerprint[:16]
 
 
-def _reusable(index_dir: Path, fingerprint: str, params: BM25Params, explicit: bool) -> bool:
-    """True if ``index_dir`` holds a complete index of this corpus with these parameters.
+def _reusable_manifest(
+    index_dir: Path, fingerprint: str, params: BM25Params, explicit: bool
+) -> dict[str, Any] | None:
+    """The manifest of ``index_dir`` if it holds a complete index of this corpus with these parameters.
 
     A directory we cannot vouch for is rebuilt when it is our cache, and refused when the user named it.
     """
@@ -363,11 +374,13 @@ def _reusable(index_dir: Path, fingerprint: str, params: BM25Params, explicit: b
             "choose another index_dir or delete it"
         ),
     )
-    return (
-        manifest is not None
-        and manifest.get("version") == INDEX_VERSION
-        and manifest.get("params") == asdict(params)
-    )
+    if (
+        manifest is None
+        or manifest.get("version") != INDEX_VERSION
+        or manifest.get("params") != asdict(params)
+    ):
+        return None
+    return manifest
 
 
 def ensure_index(
@@ -392,35 +405,39 @@ def ensure_index(
     target, explicit = storage.build_target(
         index_dir, lambda: default_index_dir(fingerprint, source.index_home)
     )
-    with storage.locked(target):
-        if not force and _reusable(target, fingerprint, params, explicit):
-            retriever = BM25Retriever.load(target, max_query_words=max_query_words)
-            skipped = retriever.manifest.get("skipped", 0)
-            if skipped and on_error == "stop" and not accept_skipped:
-                log.info("rebuilding %s: it was built skipping %d bad lines", target, skipped)
-            else:
-                if skipped:
-                    log.warning("index %s was built with %d corpus lines skipped", target, skipped)
-                return retriever, True
-        storage.clean_stale_builds(target)
-        retriever = BM25Retriever.build(
-            source,
-            target,
-            params=params,
-            on_error=on_error,
-            progress=progress,
-            max_query_words=max_query_words,
-        )
-        return retriever, False
+
+    def reusable(directory: Path) -> bool:
+        manifest = _reusable_manifest(directory, fingerprint, params, explicit)
+        if manifest is None:
+            return False
+        skipped = manifest.get("skipped", 0)
+        if skipped and on_error == "stop" and not accept_skipped:
+            log.info("rebuilding %s: it was built skipping %d bad lines", directory, skipped)
+            return False
+        if skipped:
+            log.warning("index %s was built with %d corpus lines skipped", directory, skipped)
+        return True
+
+    return storage.ensure_built(
+        target,
+        lambda tmp: _write_index(source, tmp, params, on_error, progress, "streaming"),
+        reusable=reusable,
+        load=lambda directory: BM25Retriever.load(directory, max_query_words=max_query_words),
+        force=force,
+    )
 
 
-def build_retriever(config: RetrieverConfig, progress: bool = True) -> BM25Retriever:
+def build_retriever(
+    config: RetrieverConfig, progress: bool = True, *, corpus: Corpus | None = None
+) -> BM25Retriever:
     """The configured retriever: reuses the index of this corpus if one exists, else builds it once.
 
-    An index built earlier with bad lines skipped (``quco index --on-error skip``) is reused as is.
+    ``corpus`` is the config's corpus already resolved (a corpus name of the realistic world is resolved by
+    ``quco.world.corpora``); without it ``config.corpus`` must name files. An index built earlier with bad
+    lines skipped (``quco index --on-error skip``) is reused as is.
     """
     retriever, _ = ensure_index(
-        config.corpus,
+        corpus if corpus is not None else config.corpus,
         config.index_dir,
         on_error="stop",
         progress=progress,

@@ -28,8 +28,8 @@ except ImportError:  # pragma: no cover - orjson is a dependency; json alone giv
     _fast_loads = None
 
 from quco.errors import CorpusFormatError, InputError
-from quco.paths import cache_dir, data_dir
 from quco.retrieval.base import Passage
+from quco.storage import remembered_digest
 
 log = logging.getLogger(__name__)
 
@@ -215,65 +215,6 @@ def check_on_error(on_error: str) -> None:
         raise InputError(f"on_error (--on-error) must be 'stop' or 'skip', not {on_error!r}")
 
 
-# Fingerprints of large files take seconds to hash; remember them per (path, size, mtime) across runs.
-_FP_MEMO: dict[tuple[str, int, int, str], str] = {}
-
-
-def _fingerprint_cache_file() -> Path:
-    return cache_dir() / "fingerprints.json"
-
-
-def _read_fp_cache() -> dict[str, str]:
-    try:
-        data = json.loads(_fingerprint_cache_file().read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_fp_cache(key: str, value: str) -> None:
-    data = _read_fp_cache()
-    data[key] = value
-    target = _fingerprint_cache_file()
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=0, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, target)
-    except OSError as exc:  # a read-only cache only costs a re-hash next time
-        log.debug("could not write fingerprint cache %s: %s", target, exc)
-
-
-def _cached_digest(path: Path, kind: str, prefix: bytes) -> str:
-    """sha256 of ``prefix`` + the file's bytes, remembered per (path, size, mtime, kind) in memory and on disk."""
-    st = path.stat()
-    memo_key = (str(path), st.st_size, st.st_mtime_ns, kind)
-    if memo_key in _FP_MEMO:
-        return _FP_MEMO[memo_key]
-    disk_key = "|".join(str(x) for x in memo_key)
-    cached = _read_fp_cache().get(disk_key)
-    if cached is None:
-        digest = hashlib.sha256(prefix)
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-        cached = digest.hexdigest()
-        _write_fp_cache(disk_key, cached)
-    _FP_MEMO[memo_key] = cached
-    return cached
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """The plain sha256 of a file (as data sources list it); cached like corpus fingerprints."""
-    return _cached_digest(Path(path).resolve(), "sha256", b"")
-
-
-# Named corpora of the realistic world (docs/world.md): the Wikipedia articles, the articles plus a dataset's
-# paragraph pool, and the 100-word-passage haystack built from them.
-WIKI_ARTICLES = "wiki-articles"
-ARTICLES_PLUS_POOL = "wiki-articles+pool:"
-HAYSTACK = "haystack:"
-
-
 @dataclass(frozen=True)
 class CorpusSource:
     """A corpus file and how to read it; build one with :meth:`resolve`."""
@@ -286,31 +227,22 @@ class CorpusSource:
     index_home: Path | None = None
 
     @classmethod
-    def resolve(cls, spec: str | os.PathLike[str] | CorpusSource) -> CorpusSource:
-        """``"wiki-summaries"``, ``"haystack:DATASET"`` (or ``haystack:DIR``), or a path to a .jsonl / .json /
-        .tsv file (each optionally gzipped). Corpora of several files resolve with :func:`resolve_corpus`."""
+    def resolve(cls, spec: str | os.PathLike[str] | CorpusSource | CorpusSet) -> CorpusSource:
+        """``"wiki-summaries"`` or a path to a .jsonl / .json / .tsv file (each optionally gzipped).
+
+        Corpora of several files resolve with :func:`resolve_corpus`; named corpora of the realistic world
+        (``haystack:DATASET`` and the like) with ``quco.world.corpora.resolve_corpus``.
+        """
         if isinstance(spec, CorpusSource):
             return spec
+        if isinstance(spec, CorpusSet):
+            raise CorpusFormatError(f"corpus {spec.name!r} is several files; this use needs one file")
         text = str(spec).strip()
         if not text:
             raise CorpusFormatError(f"no corpus given: use '{WIKI_SUMMARIES}' or a path to a corpus file")
         if text == WIKI_SUMMARIES:
             return cls(WIKI_SUMMARIES, _locate_wiki_summaries(), "wiki-summaries")
-        if text.startswith(HAYSTACK):
-            from quco.world.haystack import resolve_haystack
-
-            passages, home = resolve_haystack(text[len(HAYSTACK) :])
-            return cls(text, passages, "tsv", False, home)
-        if text == WIKI_ARTICLES or text.startswith(ARTICLES_PLUS_POOL):
-            raise CorpusFormatError(
-                f"corpus {text!r} is several files; this use needs one file (try 'haystack:...' for retrieval)"
-            )
         path = Path(text).expanduser()
-        if path.is_dir() and (path / "manifest.json").is_file():
-            from quco.world.haystack import resolve_haystack
-
-            passages, home = resolve_haystack(str(path))
-            return cls(text, passages, "tsv", False, home)
         if not path.is_file():
             raise CorpusFormatError(
                 f"corpus file not found: {path} (give '{WIKI_SUMMARIES}' or a .jsonl/.json/.tsv file)"
@@ -325,7 +257,7 @@ class CorpusSource:
     def fingerprint(self) -> str:
         """sha256 over the format and the file bytes; cached by path, size and mtime."""
         prefix = f"quco-corpus:{self.format}:{int(self.gzipped)}\n".encode()
-        return _cached_digest(self.path, self.format, prefix)
+        return remembered_digest(self.path, self.format, prefix)
 
     def docs(self, on_error: OnError = "stop") -> Iterator[tuple[str, str]]:
         """``(doc_id, "title\\ntext")`` pairs: the documents other index builders (Infini-gram) consume."""
@@ -636,41 +568,29 @@ Corpus = CorpusSource | CorpusSet
 CorpusSpec = str | os.PathLike[str] | CorpusSource | CorpusSet | Sequence[str | os.PathLike[str]]
 
 
-def resolve_corpus(spec: CorpusSpec) -> Corpus:
-    """A corpus name, path, or list of them -> the corpus to read.
+def resolve_corpus(spec: CorpusSpec, resolve_one: Callable[[Any], Corpus] | None = None) -> Corpus:
+    """A corpus file (or ``"wiki-summaries"``), or a list of them read in order as one corpus -> the corpus.
 
-    Besides :meth:`CorpusSource.resolve`'s names: ``"wiki-articles"`` (the 30,539 Wikipedia articles),
-    ``"wiki-articles+pool:DATASET"`` (those plus the dataset's paragraph pool), and a list of specs (read in
-    order as one corpus).
+    ``resolve_one`` resolves each single spec (default :meth:`CorpusSource.resolve`); the realistic world
+    passes its own, which knows its corpus names, and keeps this function's handling of lists.
     """
+    one = resolve_one or CorpusSource.resolve
     if isinstance(spec, CorpusSource | CorpusSet):
         return spec
-    if not isinstance(spec, str | os.PathLike):
-        items = list(spec)
-        if len(items) == 1:  # one name in a list (e.g. a repeatable CLI option): that corpus as it is
-            return resolve_corpus(items[0])
-        parts: list[CorpusSource] = []
-        for item in items:
-            got = resolve_corpus(item)
-            parts.extend(got.parts if isinstance(got, CorpusSet) else [got])
-        if not parts:
-            raise CorpusFormatError(f"no corpus given: use '{WIKI_SUMMARIES}' or a path to a corpus file")
-        if len(parts) == 1:
-            return parts[0]
-        return CorpusSet(" + ".join(p.name for p in parts), tuple(parts))
-    text = str(spec).strip()
-    if text == WIKI_ARTICLES or text.startswith(ARTICLES_PLUS_POOL):
-        from quco.world.sources import ARTICLE_COUNT, article_paths, pool_for, world_dir
-
-        files = [str(p) for p in article_paths()]
-        home, expected = world_dir() / "articles", ARTICLE_COUNT
-        if text != WIKI_ARTICLES:
-            pool = pool_for(text[len(ARTICLES_PLUS_POOL) :])
-            files.append(str(data_dir() / pool.file))
-            home, expected = world_dir() / pool.dataset, expected + pool.records
-        parts = [CorpusSource.resolve(f) for f in files]
-        return CorpusSet(text, tuple(parts), home, expected_docs=expected)
-    return CorpusSource.resolve(spec)
+    if isinstance(spec, str | os.PathLike):
+        return one(spec)
+    items = list(spec)
+    if len(items) == 1:  # one name in a list (e.g. a repeatable CLI option): that corpus as it is
+        return resolve_corpus(items[0], one)
+    parts: list[CorpusSource] = []
+    for item in items:
+        got = resolve_corpus(item, one)
+        parts.extend(got.parts if isinstance(got, CorpusSet) else [got])
+    if not parts:
+        raise CorpusFormatError(f"no corpus given: use '{WIKI_SUMMARIES}' or a path to a corpus file")
+    if len(parts) == 1:
+        return parts[0]
+    return CorpusSet(" + ".join(p.name for p in parts), tuple(parts))
 
 
 @dataclass(frozen=True)
@@ -704,13 +624,19 @@ def corpus_source(spec: CorpusSpec) -> Corpus:
     return resolve_corpus(spec)
 
 
-def corpus_docs(corpus: CorpusSpec | Any, on_error: OnError = "stop") -> CorpusDocs:
+def corpus_docs(
+    corpus: CorpusSpec | Any,
+    on_error: OnError = "stop",
+    *,
+    resolve: Callable[[CorpusSpec], Corpus] = resolve_corpus,
+) -> CorpusDocs:
     """Documents of a corpus for index builders other than BM25 (e.g. Infini-gram).
 
     ``corpus`` is a corpus name/path (or a list of them), a :class:`CorpusSource` or :class:`CorpusSet`, or a
-    config section with a ``corpus`` field (``RetrieverConfig`` or ``CorpusStatsConfig``).
+    config section with a ``corpus`` field (``RetrieverConfig`` or ``CorpusStatsConfig``); ``resolve`` turns
+    the spec into the corpus (the realistic world passes its resolver of corpus names).
     """
     spec = getattr(corpus, "corpus", corpus)
     if spec is None:
         raise CorpusFormatError("no corpus configured: set corpus to 'wiki-summaries' or a corpus file path")
-    return CorpusDocs(resolve_corpus(spec), on_error)
+    return CorpusDocs(resolve(spec), on_error)

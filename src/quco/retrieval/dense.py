@@ -326,80 +326,98 @@ def build_dense_index(
     Passages are embedded as ``title\\ntext`` (with ``passage_prefix`` in front, for models such as e5 that
     expect one). ``model`` is a model name/directory or an already loaded :class:`Embedder`.
     """
-    import faiss
-
     check_on_error(on_error)
     source = CorpusSource.resolve(source)
     embedder = model if isinstance(model, Embedder) else Embedder(model, batch_size=batch_size)
-    out = Path(out_dir).expanduser()
-    with storage.staged(out) as tmp:
-        t0 = time.perf_counter()
-        fingerprint = source.fingerprint()
-        report = CorpusReport()
-        with PassageStoreWriter(tmp) as writer:
-            for p in source.iter_passages(on_error=on_error, report=report):
-                writer.add(p.id, p.title, p.text)
-        read_seconds = time.perf_counter() - t0
-        store = PassageStore(tmp)
-        n = len(store)
-        if not report.passages == writer.count == n:
-            raise DenseIndexError(
-                f"indexing {source.name} lost passages: read {report.passages}, stored {n}; nothing was written"
-            )
-        emb = np.lib.format.open_memmap(
-            tmp / EMBEDDINGS_NAME, mode="w+", dtype=np.float32, shape=(n, embedder.dim)
+    retriever, _ = storage.ensure_built(
+        Path(out_dir).expanduser(),
+        lambda tmp: _write_dense_index(
+            source, tmp, embedder, batch_size, progress, on_error, passage_prefix, query_prefix
+        ),
+        reusable=lambda _: False,
+        load=lambda target: DenseRetriever.load(target, embedder=embedder),
+    )
+    return retriever
+
+
+def _write_dense_index(
+    source: CorpusSource,
+    tmp: Path,
+    embedder: Embedder,
+    batch_size: int,
+    progress: bool,
+    on_error: OnError,
+    passage_prefix: str,
+    query_prefix: str,
+) -> None:
+    """Embed every passage of ``source`` into the empty directory ``tmp``, checked, its manifest last."""
+    import faiss
+
+    t0 = time.perf_counter()
+    fingerprint = source.fingerprint()
+    report = CorpusReport()
+    with PassageStoreWriter(tmp) as writer:
+        for p in source.iter_passages(on_error=on_error, report=report):
+            writer.add(p.id, p.title, p.text)
+    read_seconds = time.perf_counter() - t0
+    store = PassageStore(tmp)
+    n = len(store)
+    if not report.passages == writer.count == n:
+        raise DenseIndexError(
+            f"indexing {source.name} lost passages: read {report.passages}, stored {n}; nothing was written"
         )
-        t_enc = time.perf_counter()
-        with tqdm(total=n, unit="psg", desc=f"Embedding {source.path.name}", disable=not progress) as bar:
-            for start in range(0, n, _ENCODE_CHUNK):
-                stop = min(n, start + _ENCODE_CHUNK)
-                texts = []
-                for i in range(start, stop):
-                    pid, title, text = store.get(i)
-                    texts.append(passage_prefix + document_text(Passage(pid, title, text)))
-                emb[start:stop] = embedder.encode(texts, batch_size=batch_size)
-                bar.update(stop - start)
-        encode_seconds = time.perf_counter() - t_enc
-        emb.flush()
-        norms = np.linalg.norm(emb, axis=1) if n else np.ones(0)
-        if not np.all(np.isfinite(norms)) or np.any(np.abs(norms - 1.0) > _NORM_TOLERANCE):
-            raise DenseIndexError(
-                f"embedding {source.name} produced non-unit or non-finite vectors; nothing was written"
-            )
-        del emb
-        del store
-        manifest = {
-            "format": INDEX_FORMAT,
-            "version": INDEX_VERSION,
-            **corpus_manifest(source, fingerprint, report, n),
-            "model": embedder.name,
-            "model_identity": embedder.identity,
-            "dim": embedder.dim,
-            "max_seq_length": embedder.max_seq_length,
-            "normalized": True,
-            "metric": "inner_product",
-            "passage_text": "title\\ntext",
-            "passage_prefix": passage_prefix,
-            "query_prefix": query_prefix,
-            "batch_size": batch_size,
-            "sentence_transformers_version": _sentence_transformers_version(),
-            "faiss_version": faiss.__version__,
-            "read_seconds": round(read_seconds, 3),
-            "encode_seconds": round(encode_seconds, 3),
-            "build_seconds": round(time.perf_counter() - t0, 3),
-            "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
-        storage.write_json(tmp / MANIFEST_NAME, manifest)
-        _check_index(tmp)  # what is on disk must pass the checks a later load applies
+    emb = np.lib.format.open_memmap(
+        tmp / EMBEDDINGS_NAME, mode="w+", dtype=np.float32, shape=(n, embedder.dim)
+    )
+    t_enc = time.perf_counter()
+    with tqdm(total=n, unit="psg", desc=f"Embedding {source.path.name}", disable=not progress) as bar:
+        for start in range(0, n, _ENCODE_CHUNK):
+            stop = min(n, start + _ENCODE_CHUNK)
+            texts = []
+            for i in range(start, stop):
+                pid, title, text = store.get(i)
+                texts.append(passage_prefix + document_text(Passage(pid, title, text)))
+            emb[start:stop] = embedder.encode(texts, batch_size=batch_size)
+            bar.update(stop - start)
+    encode_seconds = time.perf_counter() - t_enc
+    emb.flush()
+    norms = np.linalg.norm(emb, axis=1) if n else np.ones(0)
+    if not np.all(np.isfinite(norms)) or np.any(np.abs(norms - 1.0) > _NORM_TOLERANCE):
+        raise DenseIndexError(
+            f"embedding {source.name} produced non-unit or non-finite vectors; nothing was written"
+        )
+    del emb
+    del store
+    manifest = {
+        "format": INDEX_FORMAT,
+        "version": INDEX_VERSION,
+        **corpus_manifest(source, fingerprint, report, n),
+        "model": embedder.name,
+        "model_identity": embedder.identity,
+        "dim": embedder.dim,
+        "max_seq_length": embedder.max_seq_length,
+        "normalized": True,
+        "metric": "inner_product",
+        "passage_text": "title\\ntext",
+        "passage_prefix": passage_prefix,
+        "query_prefix": query_prefix,
+        "batch_size": batch_size,
+        "sentence_transformers_version": _sentence_transformers_version(),
+        "faiss_version": faiss.__version__,
+        "read_seconds": round(read_seconds, 3),
+        "encode_seconds": round(encode_seconds, 3),
+        "build_seconds": round(time.perf_counter() - t0, 3),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    storage.write_json(tmp / MANIFEST_NAME, manifest)
+    _check_index(tmp)  # what is on disk must pass the checks a later load applies
     log.info(
-        "embedded %d passages of %s into %s in %.1f s (%d lines skipped)",
+        "embedded %d passages of %s in %.1f s (%d lines skipped)",
         n,
         source.name,
-        out,
         manifest["build_seconds"],
         report.skipped,
     )
-    return DenseRetriever.load(out, embedder=embedder)
 
 
 def _reusable(index_dir: Path, fingerprint: str, identity: str, passage_prefix: str, explicit: bool) -> bool:
@@ -444,28 +462,26 @@ def ensure_dense_index(
     embedder = model if isinstance(model, Embedder) else Embedder(model, batch_size=batch_size)
     fingerprint = source.fingerprint()
     target, explicit = storage.build_target(index_dir, lambda: default_dense_index_dir(fingerprint, embedder))
-    with storage.locked(target):
-        if not force and _reusable(target, fingerprint, embedder.identity, passage_prefix, explicit):
-            retriever = DenseRetriever.load(target, embedder=embedder, query_prefix=query_prefix or None)
-            if retriever.manifest.get("skipped"):
-                log.warning(
-                    "dense index %s was built with %d corpus lines skipped",
-                    target,
-                    retriever.manifest["skipped"],
-                )
-            return retriever, True
-        storage.clean_stale_builds(target)
-        retriever = build_dense_index(
-            source,
-            target,
-            embedder,
-            batch_size=batch_size,
-            progress=progress,
-            on_error=on_error,
-            passage_prefix=passage_prefix,
-            query_prefix=query_prefix,
-        )
-        return retriever, False
+
+    def reusable(directory: Path) -> bool:
+        if not _reusable(directory, fingerprint, embedder.identity, passage_prefix, explicit):
+            return False
+        skipped = FORMAT.open_manifest(directory).get("skipped")
+        if skipped:
+            log.warning("dense index %s was built with %d corpus lines skipped", directory, skipped)
+        return True
+
+    return storage.ensure_built(
+        target,
+        lambda tmp: _write_dense_index(
+            source, tmp, embedder, batch_size, progress, on_error, passage_prefix, query_prefix
+        ),
+        reusable=reusable,
+        load=lambda directory: DenseRetriever.load(
+            directory, embedder=embedder, query_prefix=query_prefix or None
+        ),
+        force=force,
+    )
 
 
 @dataclass(kw_only=True)
@@ -478,7 +494,7 @@ class DenseIndexReport(IndexReport):
 
 
 def index_dense(
-    corpus: str | os.PathLike[str],
+    corpus: CorpusSource | str | os.PathLike[str],
     out_dir: str | os.PathLike[str] | None = None,
     model: str | Embedder = DEFAULT_DENSE_MODEL,
     progress: bool = True,

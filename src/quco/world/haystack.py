@@ -27,8 +27,8 @@ from tqdm import tqdm
 
 from quco.errors import CorpusFormatError
 from quco.paths import data_dir
-from quco.retrieval.corpus import CorpusReport, CorpusSource, file_sha256
-from quco.storage import clean_stale_builds, locked, staged, write_json
+from quco.retrieval.corpus import CorpusReport, CorpusSource
+from quco.storage import ensure_built, file_sha256, write_json
 from quco.world.sources import article_paths, pool_for, world_dir
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,9 @@ class HaystackManifest:
 def _source(role: str, path: Path, dataset: str | None = None) -> HaystackSource:
     if not path.is_file():
         raise CorpusFormatError(f"haystack source not found: {path} (set QUCO_DATA_DIR to the data folder)")
-    return HaystackSource(role, str(path), path.stat().st_size, file_sha256(path), dataset=dataset)
+    return HaystackSource(
+        role, str(path), path.stat().st_size, file_sha256(path, remember=True), dataset=dataset
+    )
 
 
 def plan(
@@ -128,65 +130,59 @@ def plan(
     return HaystackManifest(name=name, words_per_passage=words, sources=sources)
 
 
-def build_haystack(manifest: HaystackManifest, out_dir: Path, progress: bool = True) -> HaystackManifest:
-    """Write the haystack described by ``manifest`` to ``out_dir`` (atomically: built aside, then renamed)."""
-    out_dir = Path(out_dir).expanduser().resolve()
+def _write_haystack(manifest: HaystackManifest, tmp: Path, progress: bool = True) -> None:
+    """Write the haystack described by ``manifest`` into the empty directory ``tmp``, its manifest last."""
     started = time.perf_counter()
     words_n = manifest.words_per_passage
-    with staged(
-        out_dir
-    ) as tmp:  # a stale haystack of other sources is replaced only once the new one is whole
-        target = tmp / passages_file(words_n)
-        total = sum(s.bytes for s in manifest.sources)
-        bar = tqdm(total=total, unit="B", unit_scale=True, desc="haystack", disable=not progress)
-        done = 0
-        with bar, target.open("w", encoding="utf-8", newline="") as fh:
-            writer = csv.writer(fh, delimiter="\t", lineterminator="\n")
-            writer.writerow(["id", "text", "title"])
-            for src in manifest.sources:
-                report = CorpusReport()
-                source = CorpusSource.resolve(src.path)
-                base = done
+    target = tmp / passages_file(words_n)
+    total = sum(s.bytes for s in manifest.sources)
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc="haystack", disable=not progress)
+    done = 0
+    with bar, target.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh, delimiter="\t", lineterminator="\n")
+        writer.writerow(["id", "text", "title"])
+        for src in manifest.sources:
+            report = CorpusReport()
+            source = CorpusSource.resolve(src.path)
+            base = done
 
-                def advance(pos: int, base: int = base) -> None:
-                    bar.update(base + pos - bar.n)
+            def advance(pos: int, base: int = base) -> None:
+                bar.update(base + pos - bar.n)
 
-                for rec, passage in enumerate(source.iter_passages(report=report, progress=advance), 1):
-                    if src.role == "articles":
-                        words = passage.text.split()
-                        title = " ".join(passage.title.split())
-                        rows = [
-                            (f"{passage.id}:{k}", " ".join(words[i : i + words_n]), title)
-                            for k, i in enumerate(range(0, len(words), words_n))
-                        ]
-                        manifest.words += len(words)
-                    else:
-                        title = " ".join(passage.title.split())
-                        rows = [(f"{src.dataset}-pool:{rec}", " ".join(passage.text.split()), title)]
-                        manifest.words += len(passage.text.split())
-                    writer.writerows(rows)
-                    src.passages += len(rows)
-                src.records = report.passages
-                done += src.bytes
-        manifest.article_passages = sum(s.passages for s in manifest.sources if s.role == "articles")
-        manifest.pool_passages = sum(s.passages for s in manifest.sources if s.role == "pool")
-        manifest.passages = manifest.article_passages + manifest.pool_passages
-        manifest.file = target.name
-        manifest.file_bytes = target.stat().st_size
-        manifest.file_sha256 = file_sha256(target)
-        manifest.build_seconds = round(time.perf_counter() - started, 3)
-        manifest.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        write_json(tmp / MANIFEST, asdict(manifest))
+            for rec, passage in enumerate(source.iter_passages(report=report, progress=advance), 1):
+                if src.role == "articles":
+                    words = passage.text.split()
+                    title = " ".join(passage.title.split())
+                    rows = [
+                        (f"{passage.id}:{k}", " ".join(words[i : i + words_n]), title)
+                        for k, i in enumerate(range(0, len(words), words_n))
+                    ]
+                    manifest.words += len(words)
+                else:
+                    title = " ".join(passage.title.split())
+                    rows = [(f"{src.dataset}-pool:{rec}", " ".join(passage.text.split()), title)]
+                    manifest.words += len(passage.text.split())
+                writer.writerows(rows)
+                src.passages += len(rows)
+            src.records = report.passages
+            done += src.bytes
+    manifest.article_passages = sum(s.passages for s in manifest.sources if s.role == "articles")
+    manifest.pool_passages = sum(s.passages for s in manifest.sources if s.role == "pool")
+    manifest.passages = manifest.article_passages + manifest.pool_passages
+    manifest.file = target.name
+    manifest.file_bytes = target.stat().st_size
+    manifest.file_sha256 = file_sha256(target)
+    manifest.build_seconds = round(time.perf_counter() - started, 3)
+    manifest.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    write_json(tmp / MANIFEST, asdict(manifest))
     log.info(
-        "haystack %s: %d passages (%d from articles, %d from the pool) in %.1f s -> %s",
+        "haystack %s: %d passages (%d from articles, %d from the pool) in %.1f s",
         manifest.name,
         manifest.passages,
         manifest.article_passages,
         manifest.pool_passages,
         manifest.build_seconds,
-        out_dir,
     )
-    return manifest
 
 
 def default_haystack_dir(manifest: HaystackManifest) -> Path:
@@ -203,21 +199,31 @@ def ensure_haystack(
     """
     explicit = out_dir is not None
     target = Path(out_dir).expanduser().resolve() if out_dir is not None else default_haystack_dir(wanted)
-    with locked(target):
-        if target.exists() and not force:
-            if (target / MANIFEST).is_file():
-                have = HaystackManifest.read(target)
-                if have.identity() == wanted.identity() and (target / have.file).is_file():
-                    return target, have, True
-                if explicit:
-                    raise CorpusFormatError(
-                        f"{target} holds a haystack of other sources or parameters; choose another --out "
-                        "or pass --force to replace it"
-                    )
-            elif explicit and any(target.iterdir()):
-                raise CorpusFormatError(f"{target} exists and is not a haystack; choose another --out")
-        clean_stale_builds(target)
-        return target, build_haystack(wanted, target, progress=progress), False
+
+    def reusable(directory: Path) -> bool:
+        if not directory.exists():
+            return False
+        if (directory / MANIFEST).is_file():
+            have = HaystackManifest.read(directory)
+            if have.identity() == wanted.identity() and (directory / have.file).is_file():
+                return True
+            if explicit:
+                raise CorpusFormatError(
+                    f"{directory} holds a haystack of other sources or parameters; choose another --out "
+                    "or pass --force to replace it"
+                )
+        elif explicit and any(directory.iterdir()):
+            raise CorpusFormatError(f"{directory} exists and is not a haystack; choose another --out")
+        return False
+
+    manifest, reused = ensure_built(
+        target,
+        lambda tmp: _write_haystack(wanted, tmp, progress=progress),
+        reusable=reusable,
+        load=HaystackManifest.read,
+        force=force,
+    )
+    return target, manifest, reused
 
 
 def resolve_haystack(spec: str) -> tuple[Path, Path]:
