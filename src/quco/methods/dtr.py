@@ -145,7 +145,7 @@ class DTR(Method):
             if parts.retriever is None:  # parts assembled for another variant
                 from quco.retrieval import build_retriever
 
-                parts.retriever = build_retriever(cfg.retriever)
+                parts.retriever = build_retriever(cfg.retriever, corpus=parts.corpus())
             parts.extras[_EMBEDDER_EXTRA] = Embedder(p.dense_model, batch_size=p.dense_batch_size)
         elif p.retrieval == "dual_path" or p.standard_retriever == "dense":
             existing = parts.retrievers.get(DENSE_RETRIEVER)
@@ -153,7 +153,7 @@ class DTR(Method):
                 from quco.retrieval.dense import ensure_dense_index
 
                 retriever, reused = ensure_dense_index(
-                    cfg.retriever.corpus,
+                    parts.corpus(),
                     p.dense_index_dir,
                     p.dense_model,
                     batch_size=p.dense_batch_size,
