@@ -3,6 +3,7 @@ one size, one axis labelling, the methods as labelled red squares, written as PN
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,49 @@ def new_axes(figsize: tuple[float, float] = (8.4, 4.6)) -> tuple[Any, Any]:
     return plt.subplots(figsize=figsize, dpi=120)
 
 
-def mark_method(ax: Any, x: float, y: float, label: str, filled: bool = True, offset: tuple = (4, 3)) -> Any:
-    """A method at its measured cost and score: a red square (hollow for a partial row) and its label."""
-    face = METHOD_COLOR if filled else "white"
-    ax.plot([x], [y], "s", ms=5, color=METHOD_COLOR, markerfacecolor=face)
+def mark_method(
+    ax: Any,
+    x: float,
+    y: float,
+    label: str,
+    filled: bool = True,
+    color: str = METHOD_COLOR,
+    fontsize: float = METHOD_FONTSIZE,
+) -> Any:
+    """A method at its measured cost and score: a square (hollow for a partial row) and its label."""
+    ax.plot([x], [y], "s", ms=5, color=color, markerfacecolor=color if filled else "white")
     return ax.annotate(
-        label, (x, y), textcoords="offset points", xytext=offset, fontsize=METHOD_FONTSIZE, color=METHOD_COLOR
+        label, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=fontsize, color=color
     )
+
+
+# Where a label may sit around its point (offset in points, horizontal alignment), in order of preference.
+_PLACES = [((4, 3), "left"), ((4, -9), "left"), ((-4, 3), "right"), ((-4, -9), "right"), ((4, 10), "left"),
+           ((4, -16), "left"), ((-4, 10), "right"), ((-4, -16), "right"), ((4, 17), "left"), ((4, -23), "left")]  # fmt: skip
+
+
+def place_labels(fig: Any, ax: Any, labels: Sequence[Any]) -> None:
+    """Move each label to the first place around its point where it covers no other label, no other point
+    and stays inside the axes (the first place when none is free)."""
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    points = [ax.transData.transform(ann.xy) for ann in labels]
+    placed: list[Any] = []
+    for i, ann in enumerate(labels):
+        others = [p for j, p in enumerate(points) if j != i]
+        for offset, align in _PLACES:
+            ann.xyann, _ = offset, ann.set_horizontalalignment(align)
+            box = ann.get_window_extent(renderer).expanded(1.05, 1.1)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if (
+                inside
+                and not any(box.overlaps(b) for b in placed)
+                and not any(box.contains(px, py) for px, py in others)
+            ):
+                break
+        else:
+            ann.xyann, _ = _PLACES[0][0], ann.set_horizontalalignment(_PLACES[0][1])
+        placed.append(ann.get_window_extent(renderer))
 
 
 def save(

@@ -638,43 +638,35 @@ def _point_label(res: RowResult) -> str:
     return res.row.short_title + ("" if res.status == "complete" else f" (n={res.answered})")
 
 
-def _spread_labels(fig: Any, labels: Sequence[Any]) -> None:
-    """Move each label up until it no longer covers a label placed before it."""
-    renderer = fig.canvas.get_renderer()
-    placed: list[Any] = []
-    for ann in labels:
-        for _ in range(20):
-            box = ann.get_window_extent(renderer)
-            hit = next((b for b in placed if box.overlaps(b)), None)
-            if hit is None:
-                break
-            dx, dy = ann.xyann
-            ann.xyann = (dx, dy + (hit.y1 - box.y0) * 72.0 / fig.dpi + 1.0)
-        placed.append(ann.get_window_extent(renderer))
-
-
 def results_figure(ds: DatasetPlan, rows: Sequence[RowResult], path: Path) -> Path:
     """The dataset's rows as points: EM (accuracy for yes/no questions) against retrievals per question, each
     with its 95% intervals on both axes; a hollow point is a row still running, labelled with its questions."""
-    from quco.eval.figures import METHOD_COLOR, mark_method, new_axes, save
+    from quco.eval.figures import mark_method, new_axes, place_labels, save
 
     fig, ax = new_axes((7.2, 4.2))
+    palette = [f"C{i}" for i in range(10)]
     spots: dict[tuple[float, float], list[RowResult]] = {}
+    colors: dict[tuple[float, float], str] = {}
+    where: dict[tuple[float, float], tuple[float, float]] = {}  # the first row's exact point
     for r in rows:
         em, ret = r.stats["em"], r.stats["retrievals"]
         x, y = ret.mean, 100 * em.mean
+        spot = (round(x, 2), round(y, 1))
+        color = colors.setdefault(spot, palette[len(colors) % len(palette)])
+        where.setdefault(spot, (x, y))
         ax.errorbar(
             [x], [y], xerr=[[x - ret.low], [ret.high - x]], yerr=[[y - 100 * em.low], [100 * em.high - y]],
-            fmt="none", ecolor=METHOD_COLOR, alpha=0.4, elinewidth=1, capsize=2,
+            fmt="none", ecolor=color, alpha=0.5, elinewidth=1, capsize=2,
         )  # fmt: skip
-        spots.setdefault((round(x, 2), round(y, 1)), []).append(r)
+        spots.setdefault(spot, []).append(r)
     labels = []
-    for (x, y), same in sorted(spots.items()):  # rows at the same point share one label
+    for spot, same in spots.items():  # rows at the same point share one label
         text = ", ".join(_point_label(r) for r in same)
-        labels.append(mark_method(ax, x, y, text, filled=all(r.status == "complete" for r in same)))
+        filled = all(r.status == "complete" for r in same)
+        labels.append(mark_method(ax, *where[spot], text, filled=filled, color=colors[spot], fontsize=7.5))
     ax.margins(x=0.08, y=0.08)
     fig.canvas.draw()
-    _spread_labels(fig, labels)
+    place_labels(fig, ax, labels)
     metric = _metric(ds)
     title = (
         f"{_short_header(ds)}, questions {ds.span}: {metric} against retrievals per question (95% intervals)"
