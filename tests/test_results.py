@@ -14,7 +14,7 @@ import yaml
 from quco.datasets import load_dataset
 from quco.eval.detection import first_draft_checks
 from quco.eval.plan import PlanError, load_plan
-from quco.eval.results import BEGIN, END, collect, machine_cell, run_plan, table
+from quco.eval.results import BEGIN, END, SUMMARY_BEGIN, SUMMARY_END, collect, machine_cell, run_plan, table
 from quco.eval.runner import run_eval
 from quco.eval.runs import load_run
 from quco.eval.stats import compare, summarize
@@ -557,3 +557,106 @@ def test_the_committed_headline_runs_keep_their_identity() -> None:
         assert diffs == [], (ds.name, row.name, diffs)
         checked += 1
     assert checked >= 20
+
+
+# -- the page in a browser --------------------------------------------------------------------------------------
+
+_MEASURE = """<script>
+window.addEventListener('load', () => {
+  const imgs = [...document.querySelectorAll('img')];
+  const b = document.body.dataset;
+  b.scrollWidth = document.documentElement.scrollWidth;
+  b.innerWidth = window.innerWidth;
+  b.images = imgs.length;
+  b.imagesLoaded = imgs.filter((i) => i.complete && i.naturalWidth > 0).length;
+  document.querySelectorAll('details').forEach((d) => { d.open = true; });
+  b.openScrollWidth = document.documentElement.scrollWidth;
+});
+</script>"""
+
+
+def _in_chromium(page: Path, tmp_path: Path, shot: Path | None = None) -> dict[str, int]:
+    """Open ``page`` in headless Chromium at 1280x800 and read what the measuring script recorded: the page's
+    width with its folded tables closed and open, the window's, and how many images decoded."""
+    import re
+    import shutil
+    import subprocess
+
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert exe, "headless Chromium is needed: apt-get install -y chromium"
+    measured = tmp_path / f"measured-{page.name}"
+    text = page.read_text(encoding="utf-8")
+    assert text.count("</body>") == 1
+    measured.write_text(text.replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
+    args = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+            "--disable-background-networking", "--disable-component-update", f"--user-data-dir={tmp_path / 'cr'}",
+            "--virtual-time-budget=5000", "--window-size=1280,800"]  # fmt: skip
+    dom = subprocess.run(
+        [*args, "--dump-dom", measured.as_uri()], capture_output=True, text=True, timeout=180, check=True
+    ).stdout
+    body = re.search(r"<body[^>]*>", dom)
+    assert body, dom[:500]
+    found = dict(re.findall(r'data-([a-z-]+)="(\d+)"', body.group(0)))
+    if shot is not None:
+        subprocess.run(
+            [*args, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=180, check=True
+        )
+    return {k: int(v) for k, v in found.items()}
+
+
+def test_the_results_page_fits_the_window_and_shows_each_figure(tmp_path: Path) -> None:
+    long = "QuCo-RAG (stage 1 always; question+head+relation queries; merged passages; rules extractor)"
+    rows = [
+        {"name": "wo-rag", "label": "Wo-RAG", "config": str(ROOT / "configs/hotpotqa/wo-rag.yaml")},
+        {"name": "sr-rag", "label": "SR-RAG", "config": SR},
+        {"name": "quco", "label": long, "config": str(ROOT / "configs/hotpotqa/quco.yaml")},
+        {"name": "random", "label": f"Random control of the {long}", "short": "Random control",
+         "config": str(ROOT / "configs/hotpotqa/quco-random.yaml"), "match": "quco"},
+    ]  # fmt: skip
+    cal = {"offset": 10, "limit": 5}
+    spec = _plan(tmp_path, rows, title="HotpotQA (dev)", baseline="sr-rag", control="random", calibration=cal)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# R\n\nIntro.\n\n{SUMMARY_BEGIN}\n{SUMMARY_END}\n\n## Next\n", encoding="utf-8")
+    docs = tmp_path / "docs"
+    spec |= {"markdown": str(docs / "results.md"), "html": str(docs / "results.html"), "readme": str(readme)}
+    plan = load_plan(_write(tmp_path / "plan.yaml", spec))
+    runs = tmp_path / "runs" / "hotpotqa"
+    for name, p, limit in (("wo-rag", 0.2, N), ("sr-rag", 0.4, N), ("quco", 0.6, N), ("random", 0.5, 4)):
+        run_eval(_answerer(name, p), "hotpotqa", limit=limit, out_dir=runs / name, progress=False)
+    results, written = table(plan, "plan.yaml", reports=False, n_boot=200)
+
+    figure = docs / "figures" / "results-hotpotqa.png"
+    assert figure in written
+    from PIL import Image
+
+    with Image.open(figure) as img:
+        assert img.width > 600 and img.height > 300
+    # The README's summary: one row per method with records, EM and retrievals per question, and the figure.
+    summary = readme.read_text(encoding="utf-8")
+    assert summary.startswith("# R\n\nIntro.\n\n") and summary.endswith("\n\n## Next\n")
+    by = {r.row.name: r for r in results}
+    quco = by["quco"].stats
+    assert f"| QuCo-RAG | {100 * quco['em'].mean:.1f} | {quco['retrievals'].mean:.2f} |" in summary
+    random = by["random"].stats
+    assert (
+        f"| Random control | {100 * random['em'].mean:.1f} (n=4) | {random['retrievals'].mean:.2f} |"
+        in summary
+    )
+    assert "| method | HotpotQA EM | r/q |" in summary and "](docs/figures/results-hotpotqa.png)" in summary
+    assert "](figures/results-hotpotqa.png)" in (docs / "results.md").read_text(encoding="utf-8")
+
+    shot = tmp_path / "page.png"
+    seen = _in_chromium(docs / "results.html", tmp_path, shot)
+    assert seen["images"] == 1 and seen["images-loaded"] == 1, seen
+    assert seen["scroll-width"] <= seen["inner-width"] == 1280, seen
+    assert seen["open-scroll-width"] <= seen["inner-width"], seen  # the folded tables fit too when opened
+    assert shot.stat().st_size > 0
+
+
+def test_the_committed_results_page_fits_the_window(tmp_path: Path) -> None:
+    plan = yaml.safe_load((ROOT / "configs" / "results" / "headline.yaml").read_text(encoding="utf-8"))
+    seen = _in_chromium(ROOT / plan["html"], tmp_path)
+    # a figure per dataset (and the gate frontiers drawn so far), every one decoded
+    assert seen["images"] >= len(plan["datasets"]) and seen["images-loaded"] == seen["images"], seen
+    assert seen["scroll-width"] <= seen["inner-width"] == 1280, seen
+    assert seen["open-scroll-width"] <= seen["inner-width"], seen

@@ -79,6 +79,7 @@ class Row(_Strict):
 
     name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # its run directory: OUT/DATASET/NAME
     label: str | None = None  # shown in the table (default: name)
+    short: str | None = None  # in the README's table and the figures (default: the label before " (")
     config: str | None = None  # None: the row is planned but has no config yet (``note`` says why)
     set: list[str] = Field(default_factory=list)  # overrides after the plan's, as `quco eval --set`
     limit: int | None = Field(None, ge=1)  # a subset: the first N of the dataset's questions
@@ -89,6 +90,10 @@ class Row(_Strict):
     @property
     def title(self) -> str:
         return self.label or self.name
+
+    @property
+    def short_title(self) -> str:
+        return self.short or self.title.split(" (")[0]
 
 
 class GatePlan(_Strict):
@@ -135,6 +140,8 @@ class Plan(_Strict):
     out: str = "runs/results"  # run directories: OUT/DATASET/ROW
     markdown: str = "docs/results.md"
     html: str = "docs/results.html"
+    # A file whose results summary (one short table, a figure per dataset) is kept between markers, e.g. README.md
+    readme: str | None = None
     set: list[str] = Field(default_factory=list)  # overrides for every row, before the row's own
     workers: int | None = Field(None, ge=1)
     datasets: list[DatasetPlan]
@@ -179,6 +186,12 @@ def _check(plan: Plan, source: str) -> None:
         dup = sorted({n for n in rows if rows.count(n) > 1})
         if dup:
             raise PlanError(f"{where}: row '{dup[0]}' is listed twice")
+        shorts = [r.short_title for r in ds.rows]
+        same = sorted({n for n in shorts if shorts.count(n) > 1})
+        if same:
+            raise PlanError(
+                f"{where}: several rows are shown as '{same[0]}' in the summary; give them distinct `short` names"
+            )
         for ref, what in ((ds.baseline, "baseline"), (ds.control, "control")):
             if ref is not None and ref not in rows:
                 raise PlanError(f"{where}: {what} '{ref}' is not one of its rows")

@@ -14,6 +14,7 @@ import logging
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -47,18 +48,11 @@ TABLE_COLUMNS = (
     ("seconds", "Seconds", 2, 1.0),
 )
 
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;max-width:1400px}
-h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:4px}
-table{border-collapse:collapse;font-size:13px;margin:8px 0}
-th,td{border:1px solid #d6d9e0;padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#f1f3f7}td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
-.ci{color:#6b7280;font-size:11px}.ok{color:#0a7a2f;font-weight:600}.bad{color:#b42318}
-.plots img{max-width:100%;border:1px solid #e5e7eb;margin:6px 0}
-details{margin:2px 0}summary{cursor:pointer}pre{white-space:pre-wrap;font-size:12px;background:#f7f7f9;padding:6px}
-.step{border-left:3px solid #c7cdd8;padding-left:8px;margin:4px 0}.step.retrieve{border-color:#d97706}
-.muted{color:#6b7280}#filter{padding:4px;width:320px}
-"""
+
+def stylesheet() -> str:
+    """The one stylesheet of the HTML pages (style.css beside this module), inlined so a page stands alone."""
+    return resources.files("quco.eval").joinpath("style.css").read_text(encoding="utf-8")
+
 
 _SCRIPT = """
 function countImages(){
@@ -405,7 +399,7 @@ def write_report(
     )
     page = (
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_esc(title)}</title>"
-        f"<style>{_CSS}</style><script>{_SCRIPT}</script></head><body>{body}</body></html>"
+        f"<style>{stylesheet()}</style><script>{_SCRIPT}</script></head><body>{body}</body></html>"
     )
     out = Path(out_html)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ from typing import Any
 from quco.errors import QucoError
 from quco.eval.cli import FIRING_COLUMNS, SUMMARY_COLUMNS, eval_command, firing_rates, format_rate
 from quco.eval.detection import DETECTION_HEAD, Detection, detection, detection_cells
-from quco.eval.gate.section import GateSection, gate_sections
+from quco.eval.gate.section import GateSection, gate_sections, image_html
 from quco.eval.gate.section import html_parts as gate_html
 from quco.eval.gate.section import markdown_lines as gate_markdown
 from quco.eval.plan import DatasetPlan, Plan, PlanError, Row, check_config_notes
@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 
 BEGIN = "<!-- results:begin (written by `quco results table`; edit the text outside these markers) -->"
 END = "<!-- results:end -->"
+SUMMARY_BEGIN = (
+    "<!-- results-summary:begin (written by `quco results table`; edit the text outside these markers) -->"
+)
+SUMMARY_END = "<!-- results-summary:end -->"
 
 # The table's columns are `quco summary`'s, with the digits and scale each is printed with.
 _FORMAT = {
@@ -462,8 +466,8 @@ def sections(plan: Plan, results: Sequence[RowResult]) -> list[Section]:
     out = []
     for ds in plan.datasets:
         rows = [r for r in results if r.dataset is ds]
-        base = ds.row(ds.baseline).title if ds.baseline else "baseline"
-        ctrl = ds.row(ds.control).title if ds.control else "control"
+        base = ds.row(ds.baseline).short_title if ds.baseline else "baseline"
+        ctrl = ds.row(ds.control).short_title if ds.control else "control"
         score_head = ["method", "n / planned"] + [h for _, h, *_ in SCORE_COLUMNS]
         score_head += [f"ΔEM vs {base}", f"ΔF1 vs {base}", f"ΔEM vs {ctrl}", f"ΔF1 vs {ctrl}"]
         scores = []
@@ -538,7 +542,9 @@ def render_markdown(
     plan_path: str,
     gates: Sequence[GateSection] = (),
     path: Path | None = None,
+    figures: dict[str, Path] | None = None,
 ) -> str:
+    where = (path or Path(plan.markdown)).parent
     complete = sum(1 for r in results if r.status == "complete")
     lines = [
         BEGIN,
@@ -550,6 +556,9 @@ def render_markdown(
     ]
     for sec in sections(plan, results):
         lines += ["", f"### {_header(sec.dataset)}", ""]
+        fig = (figures or {}).get(sec.dataset.name)
+        if fig is not None:
+            lines += [f"![{_figure_alt(sec.dataset)}]({_relative(fig, where)})", ""]
         lines += _md_table(*sec.scores) + [""] + _md_table(*sec.costs) + [""]
         if sec.detection[1]:
             lines += _md_table(*sec.detection) + [""]
@@ -561,27 +570,165 @@ def render_markdown(
     return "\n".join(lines) + "\n"
 
 
-def write_markdown(
-    plan: Plan, results: Sequence[RowResult], path: Path, plan_path: str, gates: Sequence[GateSection] = ()
-) -> Path:
-    """Write the tables between the markers of ``path`` (the text around them is kept), or a new file."""
-    block = render_markdown(plan, results, plan_path, gates, path)
+def _splice(path: Path, block: str, begin: str, end: str, new_file: str) -> Path:
+    """Write ``block`` (from ``begin`` to ``end``) between the markers of ``path``, keeping the text around
+    them; a missing file becomes ``new_file`` followed by the block."""
     if path.is_file():
         text = path.read_text(encoding="utf-8")
-        start, end = text.find(BEGIN.split(" (")[0]), text.find(END)
-        if start < 0 or end < start:
+        start, stop = text.find(begin.split(" (")[0]), text.find(end)
+        if start < 0 or stop < start:
             raise QucoError(
-                f"{path} exists but has no '{BEGIN.split(' (')[0]} ... {END}' block; add the two markers "
+                f"{path} exists but has no '{begin.split(' (')[0]} ... {end}' block; add the two markers "
                 "where the tables belong (the text around them is kept), or write to another file"
             )
-        text = text[:start] + block.rstrip("\n") + text[end + len(END) :]
+        text = text[:start] + block.rstrip("\n") + text[stop + len(end) :]
     else:
-        text = f"# {plan.title}\n\n{block}"
+        text = new_file + block
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def write_markdown(
+    plan: Plan,
+    results: Sequence[RowResult],
+    path: Path,
+    plan_path: str,
+    gates: Sequence[GateSection] = (),
+    figures: dict[str, Path] | None = None,
+) -> Path:
+    """Write the tables between the markers of ``path`` (the text around them is kept), or a new file."""
+    block = render_markdown(plan, results, plan_path, gates, path, figures)
+    return _splice(path, block, BEGIN, END, f"# {plan.title}\n\n")
+
+
+# -- the summary: a figure per dataset and one short table -------------------------------------------------
+
+
+def _scored_by_accuracy(ds: DatasetPlan) -> bool:
+    """Whether the dataset's questions are yes/no(/maybe) labels, whose EM is the accuracy."""
+    from quco.datasets import load_dataset
+
+    return any(ex.kind != "span" for ex in load_dataset(ds.name, limit=1, offset=ds.offset))
+
+
+def _metric(ds: DatasetPlan) -> str:
+    return "accuracy" if _scored_by_accuracy(ds) else "EM"
+
+
+def _short_header(ds: DatasetPlan) -> str:
+    return (ds.title or ds.name).split(" (")[0]
+
+
+def _figure_alt(ds: DatasetPlan) -> str:
+    return f"{_short_header(ds)}: {_metric(ds)} against retrievals per question, 95% intervals"
+
+
+def _plotted(results: Sequence[RowResult], ds: DatasetPlan) -> list[RowResult]:
+    """The dataset's rows with recorded questions, each a point of its figure and a cell of the summary."""
+    return [
+        r for r in results
+        if r.dataset is ds and r.run is not None and all(r.stats.get(f) for f in ("em", "retrievals"))
+    ]  # fmt: skip
+
+
+def _point_label(res: RowResult) -> str:
+    return res.row.short_title + ("" if res.status == "complete" else f" (n={res.answered})")
+
+
+def results_figure(ds: DatasetPlan, rows: Sequence[RowResult], path: Path) -> Path:
+    """The dataset's rows as points: EM (accuracy for yes/no questions) against retrievals per question, each
+    with its 95% intervals on both axes; a hollow point is a row still running, labelled with its questions."""
+    from quco.eval.figures import mark_method, new_axes, place_labels, save
+
+    fig, ax = new_axes((7.2, 4.2))
+    palette = [f"C{i}" for i in range(10)]
+    spots: dict[tuple[float, float], list[RowResult]] = {}
+    colors: dict[tuple[float, float], str] = {}
+    where: dict[tuple[float, float], tuple[float, float]] = {}  # the first row's exact point
+    for r in rows:
+        em, ret = r.stats["em"], r.stats["retrievals"]
+        x, y = ret.mean, 100 * em.mean
+        spot = (round(x, 2), round(y, 1))
+        color = colors.setdefault(spot, palette[len(colors) % len(palette)])
+        where.setdefault(spot, (x, y))
+        ax.errorbar(
+            [x], [y], xerr=[[x - ret.low], [ret.high - x]], yerr=[[y - 100 * em.low], [100 * em.high - y]],
+            fmt="none", ecolor=color, alpha=0.5, elinewidth=1, capsize=2,
+        )  # fmt: skip
+        spots.setdefault(spot, []).append(r)
+    labels = []
+    for spot, same in spots.items():  # rows at the same point share one label
+        text = ", ".join(_point_label(r) for r in same)
+        filled = all(r.status == "complete" for r in same)
+        labels.append(mark_method(ax, *where[spot], text, filled=filled, color=colors[spot], fontsize=7.5))
+    ax.margins(x=0.08, y=0.08)
+    fig.canvas.draw()
+    place_labels(fig, ax, labels)
+    metric = _metric(ds)
+    title = (
+        f"{_short_header(ds)}, questions {ds.span}: {metric} against retrievals per question (95% intervals)"
+    )
+    return save(fig, ax, path, title, ylabel=f"{metric} (%)", legend=False)
+
+
+def results_figures(plan: Plan, results: Sequence[RowResult]) -> dict[str, Path]:
+    """One figure per dataset with recorded rows, beside the Markdown (FIGURES/results-DATASET.png)."""
+    where = Path(plan.markdown).parent / "figures"
+    out = {}
+    for ds in plan.datasets:
+        rows = _plotted(results, ds)
+        if rows:
+            out[ds.name] = results_figure(ds, rows, where / f"results-{ds.name}.png")
+    return out
+
+
+def render_summary(
+    plan: Plan, results: Sequence[RowResult], plan_path: str, path: Path, figures: dict[str, Path]
+) -> str:
+    """One short table (EM and retrievals per question of every row with records, a column pair per dataset)
+    and each dataset's figure, between the summary markers."""
+    datasets = [ds for ds in plan.datasets if _plotted(results, ds)]
+    cells: dict[str, dict[str, list[str]]] = {}  # short title: dataset: [EM, r/q]
+    for ds in datasets:
+        for r in _plotted(results, ds):
+            em, ret = r.stats["em"], r.stats["retrievals"]
+            partial = "" if r.status == "complete" else f" (n={r.answered})"
+            cells.setdefault(r.row.short_title, {})[ds.name] = [
+                f"{100 * em.mean:.1f}{partial}",
+                f"{ret.mean:.2f}",
+            ]
+    head = ["method"]
+    for ds in datasets:
+        head += [f"{_short_header(ds)} {_metric(ds)}", "r/q"]
+    rows = [
+        [name] + [c for ds in datasets for c in by_ds.get(ds.name, ["—", "—"])]
+        for name, by_ds in cells.items()
+    ]
+    spans = sorted({f"{ds.span.limit}" for ds in datasets})
+    lines = [SUMMARY_BEGIN, ""] + _md_table(head, rows) + [""]
+    lines.append(
+        f"{' or '.join(spans)} questions per dataset; EM and accuracy in %, r/q: retrievals per question. "
+        "(n=…): a row still running, on its first n questions. The figures show each row with its 95% "
+        f"intervals; [{plan.markdown}]({_relative(Path(plan.markdown), path.parent)}) has every table and its "
+        "reading. Generated "
+        f"{datetime.now(UTC).strftime('%Y-%m-%d')} by `quco results table {plan_path}`."
+    )
+    for ds in datasets:
+        lines += ["", f"![{_figure_alt(ds)}]({_relative(figures[ds.name], path.parent)})"]
+    lines += ["", SUMMARY_END]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(
+    plan: Plan, results: Sequence[RowResult], path: Path, plan_path: str, figures: dict[str, Path]
+) -> Path:
+    """The summary between the markers of ``path`` (e.g. the README), the text around them kept."""
+    return _splice(
+        path, render_summary(plan, results, plan_path, path, figures), SUMMARY_BEGIN, SUMMARY_END, ""
+    )
 
 
 def _html_table(head: list[str], rows: list[list[str]], cls: str) -> str:
@@ -592,7 +739,7 @@ def _html_table(head: list[str], rows: list[list[str]], cls: str) -> str:
         + "</tr>"
         for r in rows
     )
-    return f"<table class='{cls}'><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<table class='wrap {cls}'><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def write_html(
@@ -602,16 +749,19 @@ def write_html(
     plan_path: str,
     reports: dict[str, Path] | None = None,
     gates: Sequence[GateSection] = (),
+    figures: dict[str, Path] | None = None,
 ) -> Path:
-    """The tables as one self-contained HTML page, linking each dataset's full report when written."""
-    from quco.eval.report import _CSS
+    """The tables as one self-contained HTML page, linking each dataset's full report when written: each
+    dataset's figure and scores, its costs, first drafts and runs folded under a summary line."""
+    from quco.eval.report import stylesheet
 
     parts = [f"<h1>{html.escape(plan.title)}</h1>"]
     complete = sum(1 for r in results if r.status == "complete")
     parts.append(
         f"<p class='muted'>Generated {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} from "
         f"<code>{html.escape(plan_path)}</code>: {complete} of {len(results)} planned rows complete.</p>"
-        f"<p class='muted'>{html.escape(_legend(plan))}</p>"
+        "<details class='more'><summary>How to read the tables</summary>"
+        f"<p class='muted'>{html.escape(_legend(plan))}</p></details>"
     )
     for sec in sections(plan, results):
         parts.append(f"<h2>{html.escape(_header(sec.dataset))}</h2>")
@@ -620,17 +770,28 @@ def write_html(
             rel = Path(_relative(report, path.parent))
             parts.append(f"<p>Full report (plots, every question's trace): <a href='{html.escape(str(rel))}'>"
                          f"{html.escape(str(rel))}</a></p>")  # fmt: skip
+        fig = (figures or {}).get(sec.dataset.name)
+        if fig is not None:
+            parts.append(image_html(fig, _figure_alt(sec.dataset), "figure"))
         parts.append(_html_table(*sec.scores, "scores"))
-        parts.append(_html_table(*sec.costs, "costs"))
-        if sec.detection[1]:
-            parts.append(_html_table(*sec.detection, "detection"))
-        parts.append(_html_table(*sec.runs, "runs"))
+        folded = [
+            ("Costs and firing rates", sec.costs, "costs"),
+            ("First drafts", sec.detection, "detection"),
+        ]
+        folded.append(("Runs: status, directory, config, machine", sec.runs, "runs"))
+        for summary, (head, rows), cls in folded:
+            if rows:
+                parts.append(
+                    f"<details class='more'><summary>{html.escape(summary)}</summary>"
+                    f"{_html_table(head, rows, cls)}</details>"
+                )
         if sec.notes:
             parts.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in sec.notes) + "</ul>")
     parts += gate_html(gates, _html_table)
     page = (
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(plan.title)}</title>"
-        f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<style>{stylesheet()}</style></head><body>{''.join(parts)}</body></html>"
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
@@ -680,9 +841,14 @@ def table(
     """``quco results table``: collect the runs and write the Markdown, the HTML page and the reports."""
     results = collect(plan, n_boot=n_boot)
     gates = gate_sections(plan, results, n_boot=min(n_boot, 2000))
-    written = [write_markdown(plan, results, markdown or Path(plan.markdown), plan_path, gates)]
+    figures = results_figures(plan, results)
+    written = [write_markdown(plan, results, markdown or Path(plan.markdown), plan_path, gates, figures)]
+    if plan.readme is not None:
+        written.append(write_summary(plan, results, Path(plan.readme), plan_path, figures))
     report_paths = write_reports(plan, results, gates) if reports else {}
-    written.append(write_html(plan, results, html_path or Path(plan.html), plan_path, report_paths, gates))
+    html_out = html_path or Path(plan.html)
+    written.append(write_html(plan, results, html_out, plan_path, report_paths, gates, figures))
+    written += list(figures.values())
     written += [g.figure for g in gates if g.figure is not None]
     written += list(report_paths.values())
     return results, written

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from quco.eval.figures import mark_method, new_axes, save
 from quco.eval.gate.data import GateData
 from quco.eval.gate.fit import signal_gate
 from quco.eval.gate.frontier import (
@@ -356,12 +357,7 @@ def best_per_family(report: FrontierReport) -> list[str]:
 def figure(report: FrontierReport, path: str | Path, lines_for: Sequence[str] | None = None) -> Path:
     """EM against retrievals per question: a line per signal (by default each family's best on the
     calibration questions), the fitted gates, the oracle, the random gate's mean and 95% band, the methods."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8.4, 4.6), dpi=120)
+    fig, ax = new_axes()
     n = report.n
     data_rates = np.linspace(0, 1, 101)
     base, full = report.closed.em, report.opened.em
@@ -399,20 +395,6 @@ def figure(report: FrontierReport, path: str | Path, lines_for: Sequence[str] | 
         if row.chosen is not None:
             ax.plot([row.chosen.rate], [100 * row.chosen.em], "o", color=colors[key], ms=7)
     for label, (em, _f1, r) in report.methods.items():
-        ax.plot([r], [100 * em], "s", ms=5, color="tab:red")
-        ax.annotate(
-            label, (r, 100 * em), textcoords="offset points", xytext=(4, 3), fontsize=6.5, color="tab:red"
-        )
-    ax.set_xlabel("retrievals per question")
-    ax.set_ylabel("EM (%)")
-    ax.set_title(
-        f"{report.dataset}: closed-book answer or one retrieval, decided per question (n={n})", fontsize=10
-    )
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+        mark_method(ax, r, 100 * em, label)
+    title = f"{report.dataset}: closed-book answer or one retrieval, decided per question (n={n})"
+    return save(fig, ax, path, title)

@@ -116,9 +116,10 @@ def markdown_lines(sections: Sequence[GateSection], markdown_path: Path) -> list
     return lines
 
 
-def image_html(path: Path, alt: str) -> str:
+def image_html(path: Path, alt: str, cls: str = "plot") -> str:
+    """A PNG embedded in the page, so that the page stands alone."""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f"<img class='plot' alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"
+    return f"<img class='{cls}' alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"
 
 
 def html_parts(sections: Sequence[GateSection], table: Any) -> list[str]:
