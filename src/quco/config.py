@@ -34,7 +34,7 @@ MAX_TOP_K = 1000
 def _model_name(name: str) -> str:
     """A known model's current name for one of its aliases (an earlier name selects the same file), so that a
     config reads, and a run is identified, the same under either."""
-    from quco.llm.models import canonical_model_name
+    from quco.model_catalog import canonical_model_name
 
     return canonical_model_name(name)
 

@@ -162,7 +162,7 @@ class Run:
 def current_names(config: dict[str, Any]) -> dict[str, Any]:
     """A recorded ``config.yaml`` with its model names in their current form (an alias, such as the evaluation
     model's earlier name, becomes the name): the run is compared and resumed as if recorded under it."""
-    from quco.llm.models import canonical_model_name
+    from quco.model_catalog import canonical_model_name
 
     pipeline = config.get("pipeline")
     if not isinstance(pipeline, dict):

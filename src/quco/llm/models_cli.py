@@ -10,7 +10,8 @@ import typer
 
 from quco.cli_support import err, friendly_errors, out, sub_app
 from quco.errors import QucoError
-from quco.llm.models import KNOWN_MODELS, is_present, known_model, model_path
+from quco.llm.models import is_present, model_path
+from quco.model_catalog import KNOWN_MODELS, known_model
 
 models_app = sub_app(
     "The models quco knows: list them (default) or pull one into the cache.", no_args_is_help=False

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from quco.errors import QucoError
-from quco.llm.models import SIDECAR, KnownModel, is_present, model_dir, model_path
+from quco.llm.models import SIDECAR, is_present, model_dir, model_path
+from quco.model_catalog import KnownModel
 from quco.storage import ensure_built, file_sha256, write_text_atomic
 
 logger = logging.getLogger(__name__)
