@@ -39,9 +39,9 @@ from quco.signals import (
     smooth_second_order,
 )
 from quco.signals.chance import retrieval_rate, uniform_draw
-from quco.signals.record import step_fired_at
 from quco.signals.replay import replay
 from quco.trace import Trace
+from quco.trigger_record import step_fired_at
 
 pytestmark = pytest.mark.model
 

@@ -398,7 +398,7 @@ def test_threshold_for_rate_with_ties():
 def test_check_score_of_recorded_triggers():
     from quco.errors import QucoError
     from quco.eval.calibrate import check_score, fire_rate, threshold_for_rate
-    from quco.signals.record import TriggerRecord
+    from quco.trigger_record import TriggerRecord
 
     def rec(rule: str, scores: list) -> TriggerRecord:
         return TriggerRecord.decide("u", rule, 0.0, scores, "sentence")

@@ -14,8 +14,8 @@ from quco.eval.detection import detection, detection_cells, first_draft_checks
 from quco.eval.runner import run_eval
 from quco.eval.runs import load_run
 from quco.eval.stats import auroc, group_difference, proportion_difference, wilson_interval
-from quco.signals.record import TriggerRecord
 from quco.trace import Step, Trace
+from quco.trigger_record import TriggerRecord
 
 EXAMPLES = load_dataset("hotpotqa", limit=12)
 GOLD = {e.question: e.answers[0] for e in EXAMPLES}

@@ -19,8 +19,8 @@ from quco.datasets import load_dataset
 from quco.eval.report import write_report
 from quco.eval.runner import run_eval
 from quco.signals.corpus import entity_rarity
-from quco.signals.record import TriggerRecord
 from quco.trace import RetrievedRef, Step, Trace
+from quco.trigger_record import TriggerRecord
 
 N = 24
 GOLD = {e.question: e.answers[0] for e in load_dataset("hotpotqa", limit=N)}

@@ -353,7 +353,7 @@ def test_a_matched_control_records_its_rates_and_a_changed_matched_run_changes_i
     """A random control takes its firing rates from a matched run when it starts. Those rates are part of its
     run's identity, so a control resumed after the matched run grew (other rates) is refused, not mixed."""
     from quco.eval.runner import _resolve_target
-    from quco.signals.record import TriggerRecord
+    from quco.trigger_record import TriggerRecord
 
     def matched_answer(question: str) -> Trace:  # stage 1 fires on every other question (by a hash)
         trace = toy_answer(question)

@@ -25,7 +25,7 @@ from quco.eval.analysis import (
 from quco.eval.runs import Run, record_costs
 from quco.eval.stats import bootstrap_ci, compare, paired_test, permutation_p_value, summarize
 from quco.signals.corpus import Claim, claim_records, entity_rarity
-from quco.signals.record import TriggerRecord
+from quco.trigger_record import TriggerRecord
 
 
 def test_bootstrap_interval_matches_normal_approximation() -> None:

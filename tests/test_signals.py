@@ -30,10 +30,10 @@ from quco.signals import (
 )
 from quco.signals.chance import retrieval_rate, stage_rate, uniform_draw
 from quco.signals.corpus import Claim, claim_records, count_value, entity_rarity
-from quco.signals.record import consulted, step_fired_at
 from quco.signals.replay import replay, sweep, trace_params
 from quco.signals.spans import assign, group_words, locate, token_positions, token_spans
 from quco.signals.trend import word_attention
+from quco.trigger_record import consulted, step_fired_at
 
 # -- FLARE ------------------------------------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from quco.signals.record import TriggerRecord
 from quco.trace import Step, Trace
+from quco.trigger_record import TriggerRecord
 
 _DECISION_STYLE = {"retrieve": "bold yellow", "keep": "green", "skip": "green", "stop": "red"}
 

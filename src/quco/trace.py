@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from quco.signals.record import TriggerRecord
+from quco.trigger_record import TriggerRecord
 
 TRACE_VERSION = 2
 

@@ -17,8 +17,8 @@ from quco.engine.context import RunContext
 from quco.errors import ConfigError
 from quco.llm.base import Capability, Generation, StopWhen
 from quco.retrieval.base import Passage
-from quco.signals.record import TriggerRecord
 from quco.trace import RetrievedRef
+from quco.trigger_record import TriggerRecord
 
 DraftUnit = Literal["tokens", "sentence", "continuation"]
 # After a check fires: regenerate and keep the first sentence, regenerate and keep all of it, or keep the

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from quco.eval.runs import COST_FIELDS, Run, component_seconds, record_costs
-from quco.signals.record import TriggerRecord
 from quco.trace import COMPONENTS, Step, as_trace
+from quco.trigger_record import TriggerRecord
 
 # Decade bins of corpus counts: 0, 1-9, 10-99, ..., >= 1e6.
 FREQUENCY_EDGES: tuple[float, ...] = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, math.inf)

@@ -31,7 +31,7 @@ import yaml
 
 from quco.errors import ConfigError, QucoError
 from quco.eval.calibrate_exact import margin
-from quco.signals.record import TriggerRecord, crosses
+from quco.trigger_record import TriggerRecord, crosses
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from quco.errors import QucoError
-from quco.signals.record import TriggerRecord, crosses
+from quco.trigger_record import TriggerRecord, crosses
 
 # Run settings that may differ between the runs (they do not change an answer) besides the threshold itself.
 _FREE_KEYS = ("threads", "concurrency", "timeout_s", "max_retries")

@@ -23,8 +23,8 @@ import numpy as np
 from quco.eval.metrics import score_prediction
 from quco.eval.runs import Run
 from quco.eval.stats import Interval, auroc, proportion_difference
-from quco.signals.record import TriggerRecord, judges
 from quco.trace import as_trace
+from quco.trigger_record import TriggerRecord, judges
 
 MIN_GROUP = 5  # differences and AUROCs need at least this many drafts on each side
 

@@ -13,8 +13,8 @@ import math
 from typing import Any
 
 from quco.signals.corpus import Claim, claim_records, entity_rarity
-from quco.signals.record import TriggerRecord
 from quco.trace import TRACE_VERSION
+from quco.trigger_record import TriggerRecord
 
 # Signals of version-1 steps that the trigger records now hold.
 _MOVED = ("trigger", "threshold", "mean_count", "unit", "unknown", "uncertainty", "score")

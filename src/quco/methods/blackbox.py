@@ -22,7 +22,6 @@ from quco.engine.method import Check, Draft, Method, MethodParams, Shape
 from quco.errors import CapabilityError, ConfigError, QucoError
 from quco.llm.base import Capability
 from quco.prompts import build_prompt
-from quco.signals.record import TriggerRecord
 from quco.signals.sampled.estimators import EstimatorName, estimate
 from quco.signals.sampled.similarity import (
     DEFAULT_NLI_MODEL,
@@ -36,6 +35,7 @@ from quco.signals.sampled.similarity import (
     yes_no_probability,
 )
 from quco.text.stopping import first_sentence_done
+from quco.trigger_record import TriggerRecord
 
 SAMPLER_ROLE = "sampler"
 JUDGE_ROLE = "judge"

@@ -33,9 +33,9 @@ from quco.signals.attention import (
     sum_per_group,
     top_k_in_order,
 )
-from quco.signals.record import TriggerRecord, score
 from quco.signals.spans import candidate_sentences
 from quco.signals.words import content_words, is_content
+from quco.trigger_record import TriggerRecord, score
 
 log = logging.getLogger(__name__)
 

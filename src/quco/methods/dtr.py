@@ -30,8 +30,8 @@ from quco.retrieval.base import Passage
 from quco.retrieval.corpus import document_text
 from quco.retrieval.dense import DEFAULT_DENSE_MODEL, DenseRetriever
 from quco.signals.dtr import AisScore, ais_select, ugt_decision
-from quco.signals.record import TriggerRecord
 from quco.trace import RetrievedRef
+from quco.trigger_record import TriggerRecord
 
 log = logging.getLogger(__name__)
 

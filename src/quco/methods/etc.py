@@ -25,7 +25,6 @@ from quco.engine.method import Check, Draft, Method, MethodParams, Shape
 from quco.llm.base import Capability
 from quco.signals import spans
 from quco.signals.attention import max_per_group, top_k_in_order
-from quco.signals.record import TriggerRecord, crosses, score
 from quco.signals.trend import (
     entropy_differences,
     max_attention_to_new,
@@ -34,6 +33,7 @@ from quco.signals.trend import (
     word_attention,
 )
 from quco.signals.words import content_words, is_content
+from quco.trigger_record import TriggerRecord, crosses, score
 
 
 class ETCParams(MethodParams):

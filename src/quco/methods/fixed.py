@@ -14,7 +14,7 @@ from pydantic import Field
 
 from quco.engine.context import RunContext
 from quco.engine.method import Check, Decision, Draft, Method, MethodParams, Shape
-from quco.signals.record import TriggerRecord
+from quco.trigger_record import TriggerRecord
 
 
 class FixedParams(MethodParams):

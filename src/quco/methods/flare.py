@@ -24,8 +24,8 @@ from quco.engine.context import RunContext
 from quco.engine.method import Check, Decision, Draft, Method, MethodParams, Shape
 from quco.llm.base import Capability
 from quco.signals.probability import aggregate, masked_text, token_uncertainty
-from quco.signals.record import TriggerRecord, score
 from quco.signals.spans import candidate_sentences, locate, token_spans, tokens_by_sentence
+from quco.trigger_record import TriggerRecord, score
 
 
 class FlareParams(MethodParams):

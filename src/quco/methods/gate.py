@@ -47,10 +47,10 @@ from quco.signals import spans
 from quco.signals.attention import max_per_group
 from quco.signals.dtr import mean_nll
 from quco.signals.gate_model import GateModel
-from quco.signals.record import TriggerRecord, score
 from quco.signals.trend import entropy_differences, smooth_second_order
 from quco.signals.words import content_words, is_content
 from quco.trace import Counters
+from quco.trigger_record import TriggerRecord, score
 
 Family = Literal["flare", "dragin", "etc", "dtr", "corpus", "question", "consistency"]
 FAMILIES: tuple[str, ...] = ("flare", "dragin", "etc", "dtr", "corpus", "question", "consistency")

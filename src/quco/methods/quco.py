@@ -29,9 +29,9 @@ from quco.signals.corpus import (
     count_value,
     entity_rarity,
 )
-from quco.signals.record import TriggerRecord
 from quco.text.base import Triplet
 from quco.text.stopping import read_through_done
+from quco.trigger_record import TriggerRecord
 
 # Sentences a chat model adds around an answer carry no claim: the published ``filter_invalid_sentences`` list,
 # matched in the lower-cased sentence, on every generation (drafts and regenerations).

@@ -29,8 +29,8 @@ from quco.engine.context import RunContext
 from quco.engine.method import Decision
 from quco.methods.quco import QuCoParams, QuCoRAG, Verdict
 from quco.signals.chance import StageRate, stage_rate, uniform_draw
-from quco.signals.record import TriggerRecord
 from quco.trace import as_trace
+from quco.trigger_record import TriggerRecord
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from quco.answer import has_answer
 from quco.engine.context import RunContext
 from quco.engine.method import Check, Draft, Method, MethodParams, Shape
 from quco.signals.chance import RetrievalRate, retrieval_rate, step_candidates, uniform_draw
-from quco.signals.record import TriggerRecord
+from quco.trigger_record import TriggerRecord
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from quco.engine.context import RunContext
 from quco.engine.method import Decision, Method, Shape
-from quco.signals.record import TriggerRecord
+from quco.trigger_record import TriggerRecord
 
 
 class WoRAG(Method):

@@ -36,9 +36,9 @@ from quco.prompts import build_prompt
 from quco.retrieval.base import Passage
 from quco.signals.eigen import eigen_score
 from quco.signals.probability import token_uncertainty
-from quco.signals.record import TriggerRecord, score
 from quco.signals.spans import assign, group_by, token_positions
 from quco.signals.words import filter_pos
+from quco.trigger_record import TriggerRecord, score
 
 log = logging.getLogger(__name__)
 

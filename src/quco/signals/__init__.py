@@ -1,6 +1,6 @@
-"""Signals: the pure computations every trigger decides on, and the one record every decision emits.
+"""Signals: the pure computations every trigger decides on (each decision is emitted as a
+``quco.trigger_record.TriggerRecord``, with the one threshold rule, live and in replay).
 
-- ``record``: ``TriggerRecord`` and the threshold rule, used live and in replay.
 - Model-confidence signals: ``probability`` (token uncertainty, FLARE), ``attention`` (RIND, DRAGIN),
   ``trend`` (entropy trends, ETC), ``eigen`` (EigenScore, SeaKR), ``dtr`` (answer NLL and AIS, DTR).
 - ``corpus``: the corpus-count rules of QuCo-RAG's two stages.
@@ -20,7 +20,6 @@ from quco.signals.attention import (
 )
 from quco.signals.eigen import eigen_score
 from quco.signals.probability import aggregate, masked_text, token_uncertainty
-from quco.signals.record import TriggerRecord, crosses, first_crossing, score
 from quco.signals.trend import (
     entropy_differences,
     max_attention_to_new,
@@ -29,18 +28,14 @@ from quco.signals.trend import (
 )
 
 __all__ = [
-    "TriggerRecord",
     "aggregate",
-    "crosses",
     "eigen_score",
     "entropy_differences",
-    "first_crossing",
     "forward_attention",
     "masked_text",
     "max_attention_received",
     "max_attention_to_new",
     "rind_values",
-    "score",
     "sentence_values",
     "smooth_second_order",
     "token_uncertainty",

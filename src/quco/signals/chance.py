@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from quco.signals.record import consulted, judges, step_fired_at
 from quco.trace import Step, as_trace
+from quco.trigger_record import consulted, judges, step_fired_at
 
 
 def uniform_draw(seed: int, question: str, index: int, stage: str = "") -> float:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quco.corpus_stats.base import CountResult
-from quco.signals.record import TriggerRecord
+from quco.trigger_record import TriggerRecord
 
 COOCCURRENCE = "cooccurrence"
 HEAD_COUNT = "head_count"

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from quco.signals.record import step_fired_at
 from quco.trace import Trace, as_trace
+from quco.trigger_record import step_fired_at
 
 
 @dataclass(frozen=True)
