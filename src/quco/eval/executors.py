@@ -1,13 +1,15 @@
-"""Answer an evaluation's questions in worker processes, one pipeline (and one model) per process.
+"""Where an evaluation's questions are answered: on this thread, on threads sharing one pipeline, or in worker
+processes with one pipeline each, as the generator declares (``GeneratorBase.parallelism``).
 
-llama.cpp in one process decodes one request at a time, so threads that share a pipeline wait for each other.
-For the in-process ``llamacpp`` backend, ``quco eval --workers N`` therefore starts N processes, each with its
-own pipeline and ``generator.threads`` threads (default: the cores divided among the workers). The model file
-is memory-mapped, so its weights are in memory once whatever the number of workers. Scoring and writing stay
-in the calling process, as with threads.
+- "threads": the generator's calls overlap (a server); ``--workers N`` threads share one pipeline.
+- "processes": an in-process library that decodes one request at a time (llama.cpp); ``--workers N`` starts N
+  processes, each with its own pipeline and ``generator.threads`` threads (default: the cores divided among the
+  workers). The model file is memory-mapped, so its weights are in memory once whatever the number of workers.
+- "serial": one question at a time whatever ``--workers`` says (the transformers backend serialises its
+  generation with a lock).
 
-Outputs do not depend on the number of workers: the backend's reproducible mode makes each answer a function
-of its question alone (see ``quco.llm.batching``).
+Scoring and writing stay with the caller. Outputs do not depend on the number of workers: the backend's
+reproducible mode makes each answer a function of its question alone (see ``quco.llm.batching``).
 """
 
 from __future__ import annotations
@@ -16,15 +18,17 @@ import logging
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from quco.answer import STRICT, AnswerProtocol
 from quco.config import PipelineConfig
 from quco.datasets import Example
 from quco.errors import QucoError
+from quco.eval.answering import Answerer, Outcome
+from quco.eval.records import Record
 from quco.machine import usable_cores
 
 log = logging.getLogger(__name__)
@@ -32,14 +36,57 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
-# Backends whose generator runs in this process and serialises its calls: workers are processes.
-PROCESS_BACKENDS = ("llamacpp",)
-
-_WORKER: dict[str, Any] = {}  # the pipeline of this worker process (set by _init)
+Todo = list[tuple[int, Example]]  # (position in the selection, question) still to answer
 
 
 class WorkerError(QucoError):
     """A worker process could not build its pipeline, or died."""
+
+
+class Executor(Protocol):
+    def outcomes(self, todo: Todo) -> Iterator[Outcome]:
+        """Answer ``todo``; each outcome as it is ready."""
+        ...
+
+
+class InlineExecutor:
+    """Answers on the calling thread, in order."""
+
+    def __init__(self, answerer: Answerer, recorded: Mapping[str, Record] | None = None) -> None:
+        self.answerer = answerer
+        self.recorded = recorded or {}
+
+    def outcomes(self, todo: Todo) -> Iterator[Outcome]:
+        for pos, ex in todo:
+            yield self.answerer(pos, ex, self.recorded.get(ex.id))
+
+
+class ThreadExecutor:
+    """``workers`` threads sharing one pipeline; outcomes as they finish."""
+
+    def __init__(
+        self, answerer: Answerer, workers: int, recorded: Mapping[str, Record] | None = None
+    ) -> None:
+        self.answerer = answerer
+        self.workers = workers
+        self.recorded = recorded or {}
+
+    def outcomes(self, todo: Todo) -> Iterator[Outcome]:
+        pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="quco-eval")
+
+        def submit(item: tuple[int, Example]) -> Future[Outcome]:
+            pos, ex = item
+            return pool.submit(self.answerer, pos, ex, self.recorded.get(ex.id))
+
+        try:
+            for fut in bounded_as_completed(submit, todo, 2 * self.workers):
+                yield fut.result()
+        finally:
+            # On Ctrl-C (or any exit) drop what has not started; questions in flight are redone on resume.
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+_WORKER: dict[str, Any] = {}  # the answerer of this worker process (set by _init)
 
 
 def _init(config_json: str, threads: int, protocol: AnswerProtocol) -> None:
@@ -51,23 +98,18 @@ def _init(config_json: str, threads: int, protocol: AnswerProtocol) -> None:
         cfg = PipelineConfig.model_validate_json(config_json)
         cfg = cfg.model_copy(update={"generator": cfg.generator.model_copy(update={"threads": threads})})
         pipe = Pipeline.from_config(cfg, progress=False)
-        _WORKER.update(pipe=pipe, protocol=protocol)
+        _WORKER["answerer"] = Answerer.of(pipe.answer, pipe, protocol)
     except Exception as exc:  # reported by the first question this worker is given
         _WORKER["error"] = f"{type(exc).__name__}: {exc}"
 
 
-def _answer(position: int, example: Example, recorded: dict[str, Any] | None) -> Any:
-    from quco.eval.runner import _answer_one, _finish_recorded
-
+def _answer(position: int, example: Example, recorded: Record | None) -> Outcome:
     if "error" in _WORKER:
         raise WorkerError(f"a worker process could not build its pipeline: {_WORKER['error']}")
-    pipe, protocol = _WORKER["pipe"], _WORKER["protocol"]
-    if recorded is not None:  # --traces-from: the recorded trace stands in for the method's answer
-        return _finish_recorded(pipe, recorded, protocol, example, position)
-    return _answer_one(lambda q: pipe.answer(q, protocol=protocol), example, position)
+    return _WORKER["answerer"](position, example, recorded)
 
 
-class ProcessWorkers:
+class ProcessExecutor:
     """``workers`` processes answering questions of one config; ``outcomes`` yields them as they finish."""
 
     def __init__(
@@ -76,7 +118,7 @@ class ProcessWorkers:
         workers: int,
         *,
         protocol: AnswerProtocol = STRICT,
-        recorded: dict[str, dict[str, Any]] | None = None,
+        recorded: Mapping[str, Record] | None = None,
     ) -> None:
         self.config = config
         self.workers = workers
@@ -84,7 +126,7 @@ class ProcessWorkers:
         self.protocol = protocol
         self.recorded = recorded or {}
 
-    def outcomes(self, todo: list[tuple[int, Example]]) -> Iterator[Any]:
+    def outcomes(self, todo: Todo) -> Iterator[Outcome]:
         log.info("answering in %d worker processes with %d thread(s) each", self.workers, self.threads)
         pool = ProcessPoolExecutor(
             max_workers=self.workers,
@@ -140,24 +182,32 @@ def bounded_as_completed(
             yield fut
 
 
-def process_workers(
-    config: PipelineConfig | None,
-    backend: str | None,
+def choose_executor(
+    target: Any,
     workers: int,
-    *,
-    protocol: AnswerProtocol = STRICT,
-    recorded: dict[str, dict[str, Any]] | None = None,
-) -> ProcessWorkers | None:
-    """Worker processes for a config whose backend needs them and more than one worker; else None."""
-    if config is None or workers <= 1 or backend not in PROCESS_BACKENDS:
-        return None
-    return ProcessWorkers(config, workers, protocol=protocol, recorded=recorded)
+    protocol: AnswerProtocol,
+    recorded: Mapping[str, Record] | None = None,
+) -> Executor:
+    """The executor for ``target`` (a ``quco.eval.target.Target``) and ``workers``, by its generator's
+    ``parallelism``. Processes build their own pipelines; otherwise the target is built here."""
+    if workers > 1 and target.parallelism == "processes" and target.buildable:
+        return ProcessExecutor(target.config, workers, protocol=protocol, recorded=recorded)
+    if workers > 1 and target.parallelism == "serial":
+        log.warning("this generator answers one question at a time; using 1 worker")
+        workers = 1
+    answer_fn, pipe = target.build()
+    answerer = Answerer.of(answer_fn, pipe, protocol, shared_process=workers > 1)
+    if workers <= 1:
+        return InlineExecutor(answerer, recorded)
+    return ThreadExecutor(answerer, workers, recorded)
 
 
 __all__ = [
-    "PROCESS_BACKENDS",
-    "bounded_as_completed",
-    "ProcessWorkers",
+    "Executor",
+    "InlineExecutor",
+    "ProcessExecutor",
+    "ThreadExecutor",
     "WorkerError",
-    "process_workers",
+    "bounded_as_completed",
+    "choose_executor",
 ]
