@@ -26,6 +26,7 @@ import quco.pipeline
 from quco.config import GeneratorConfig, load_config
 from quco.engine.loop import join_text
 from quco.errors import CapabilityError, ConfigError
+from quco.eval.records import Record
 from quco.eval.runs import load_traces
 from quco.llm.base import Analysis, Capability, Generation
 from quco.pipeline import Pipeline, shared_generator
@@ -479,8 +480,8 @@ def test_quco_random_control_differs_from_quco_only_in_decisions(build: Any, hot
         check_common(a)
         check_common(b)
         differences, _, steps = compare_question(
-            {"trace": a.trace.to_dict()},
-            {"trace": b.trace.to_dict()},
+            Record.from_dict({"trace": a.trace.to_dict()}),
+            Record.from_dict({"trace": b.trace.to_dict()}),
             ignore=("triggers", "signals", "reason", "method", "corpus_queries", "corpus_unknown"),
         )
         assert differences == [] and steps == len(a.trace.steps)

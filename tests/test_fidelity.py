@@ -130,22 +130,35 @@ def test_published_protocol_reprompts_a_missing_answer_as_a_counted_step(real_pa
 
 def test_runner_defaults_to_the_published_protocol_on_its_datasets(tmp_path: Path) -> None:
     from quco.errors import QucoError
-    from quco.eval.runner import run_eval
+    from quco.eval.runner import EvalOptions, Questions, run_eval
     from quco.eval.runs import load_run
 
     cfg = load_config(CONFIGS / "hotpotqa/sr-rag.yaml")
-    run_eval(cfg, "hotpotqa", limit=0, out_dir=tmp_path / "h", progress=False)
+    run_eval(cfg, "hotpotqa", Questions(limit=0), EvalOptions(out_dir=tmp_path / "h", progress=False))
     assert load_run(tmp_path / "h").config["answer_protocol"] == {"name": "published", "max_new_tokens": 128}
-    run_eval(cfg, "pubmedqa", limit=0, out_dir=tmp_path / "p", progress=False)
+    run_eval(cfg, "pubmedqa", Questions(limit=0), EvalOptions(out_dir=tmp_path / "p", progress=False))
     assert load_run(tmp_path / "p").config["answer_protocol"] == {"name": "strict"}
-    run_eval(cfg, "hotpotqa", limit=0, out_dir=tmp_path / "s", progress=False, protocol="strict")
+    run_eval(
+        cfg,
+        "hotpotqa",
+        Questions(limit=0),
+        EvalOptions(out_dir=tmp_path / "s", progress=False, protocol="strict"),
+    )
     assert load_run(tmp_path / "s").config["answer_protocol"] == {"name": "strict"}
     with pytest.raises(QucoError, match="strict run"):
         run_eval(
-            cfg, "hotpotqa", limit=0, out_dir=tmp_path / "x", protocol="strict", traces_from=tmp_path / "s"
+            cfg,
+            "hotpotqa",
+            Questions(limit=0),
+            EvalOptions(out_dir=tmp_path / "x", protocol="strict", traces_from=tmp_path / "s"),
         )
     with pytest.raises(QucoError, match="made with --strict"):
-        run_eval(cfg, "hotpotqa", limit=1, out_dir=tmp_path / "y", traces_from=tmp_path / "h")
+        run_eval(
+            cfg,
+            "hotpotqa",
+            Questions(limit=1),
+            EvalOptions(out_dir=tmp_path / "y", traces_from=tmp_path / "h"),
+        )
 
 
 # -- 3. QuCo-RAG's loop as published ------------------------------------------------------------------------
