@@ -551,8 +551,8 @@ def test_the_committed_headline_runs_keep_their_identity() -> None:
     chance per judged sentence (p_stage2), which the per-claim chance replaced: it must be run again, and its
     identity says so."""
     from quco.config import load_config, parse_override
-    from quco.eval.results import row_overrides
     from quco.eval.records import differences
+    from quco.eval.results import row_overrides
     from quco.eval.runs import read_config
     from quco.eval.target import pipeline_identity
 
