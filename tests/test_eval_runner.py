@@ -195,7 +195,10 @@ def test_changed_config_refuses_to_resume(tmp_path: Path) -> None:
     with pytest.raises(RunError, match="different configuration"):
         run_eval(cfg, "2wikimultihopqa", Questions(limit=0), EvalOptions(out_dir=tmp_path, progress=False))
     # the answer protocol is part of the identity (HotpotQA's default is the published one)
-    assert load_run(tmp_path).config.identity["answer_protocol"] == {"name": "published", "max_new_tokens": 128}
+    assert load_run(tmp_path).config.identity["answer_protocol"] == {
+        "name": "published",
+        "max_new_tokens": 128,
+    }
     with pytest.raises(RunError, match=r"answer_protocol\.name \('published' -> 'strict'\)"):
         run_eval(
             cfg,
