@@ -44,7 +44,7 @@ from typing import Any
 import httpx
 
 from quco.config import PipelineConfig, load_config
-from quco.eval.runner import run_eval
+from quco.eval.runner import EvalOptions, Questions, run_eval
 from quco.eval.runs import RESULTS_FILE
 from quco.llm.models import model_path
 from quco.model_catalog import known_model
@@ -181,10 +181,7 @@ def run_cell(mode: Mode, method: str, args: argparse.Namespace, server: CppServe
     server0 = server.cpu_seconds() if server else 0.0
     with LoadSampler() as load:
         start = time.perf_counter()
-        summary = run_eval(
-            target, "hotpotqa", limit=args.questions, offset=args.offset,
-            out_dir=args.out / mode.name / method, workers=mode.workers, progress=False,
-        )  # fmt: skip
+        summary = run_eval(target, "hotpotqa", Questions(limit=args.questions, offset=args.offset), EvalOptions(out_dir=args.out / mode.name / method, workers=mode.workers, progress=False))  # fmt: skip
         wall = time.perf_counter() - start
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = time.process_time() - cpu0 + children.ru_utime + children.ru_stime

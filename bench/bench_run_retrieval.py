@@ -28,7 +28,7 @@ import argparse
 from pathlib import Path
 
 from quco.datasets import load_dataset
-from quco.eval.runs import Run, load_run
+from quco.eval.runs import Record, Run, load_run
 from quco.eval.stats import paired_test
 from quco.paths import data_dir
 from quco.retrieval.corpus import CorpusSource
@@ -54,22 +54,22 @@ def hotpot_titles() -> dict[str, list[str]]:
     return {e.id: list(e.meta.get("supporting_titles") or []) for e in load_dataset("hotpotqa")}
 
 
-def retrieved(record: dict) -> list[tuple[str, str]]:
+def retrieved(record: Record) -> list[tuple[str, str]]:
     """(id, title) of every passage the question's trace retrieved, in every step."""
-    return [(p.id, p.title) for step in as_trace(record["trace"]).steps for p in step.retrieved]
+    return [(p.id, p.title) for step in as_trace(record.trace or {}).steps for p in step.retrieved]
 
 
-def gold_found(dataset: str, record: dict, got: list[tuple[str, str]], gold_of: dict) -> tuple[int, int]:
+def gold_found(dataset: str, record: Record, got: list[tuple[str, str]], gold_of: dict) -> tuple[int, int]:
     """(gold passages found, gold passages) for one question whose trace retrieved ``got``; ``gold_of`` maps
     question ids to the gold."""
     if dataset == "pubmedqa":
-        own = gold_of.get(str(record["id"]))
+        own = gold_of.get(record.id)
         if own is None:
-            raise SystemExit(f"question {record['id']} is not a PQA-L record of the pool")
+            raise SystemExit(f"question {record.id} is not a PQA-L record of the pool")
         return int(any(pid == own for pid, _ in got)), 1
-    gold = {norm(t) for t in gold_of.get(str(record["id"])) or []}
+    gold = {norm(t) for t in gold_of.get(record.id) or []}
     if not gold:
-        raise SystemExit(f"question {record['id']} has no supporting titles in the HotpotQA data")
+        raise SystemExit(f"question {record.id} has no supporting titles in the HotpotQA data")
     titles = {norm(t) for _, t in got}
     return len(gold & titles), len(gold)
 
@@ -86,8 +86,8 @@ def main() -> None:
     args = ap.parse_args()
 
     runs: list[Run] = [load_run(d) for d in args.runs]
-    by_id = [{str(r["id"]): r for r in run.records if not r.get("error")} for run in runs]
-    ids = sorted(set.intersection(*(set(b) for b in by_id)), key=lambda i: by_id[0][i]["index"])
+    by_id = [{r.id: r for r in run.records if not r.error} for run in runs]
+    ids = sorted(set.intersection(*(set(b) for b in by_id)), key=lambda i: by_id[0][i].index)
     if not ids:
         raise SystemExit("the runs share no recorded question")
     gold_of = pubmed_pool_ids() if args.dataset == "pubmedqa" else hotpot_titles()
@@ -107,12 +107,8 @@ def main() -> None:
         asked = sum(p > 0 for p in passages)
         every = [float(k == n) for k, n in found]
         recall = sum(k / n for k, n in found) / len(found)
-        em_all = [float(r.get("em") or 0.0) for r, e in zip(rows, every, strict=True) if e]
-        em_miss = [
-            float(r.get("em") or 0.0)
-            for r, e, p in zip(rows, every, passages, strict=True)
-            if not e and p > 0
-        ]
+        em_all = [r.em for r, e in zip(rows, every, strict=True) if e]
+        em_miss = [r.em for r, e, p in zip(rows, every, passages, strict=True) if not e and p > 0]
         print(
             f"\n{run.name} ({run.dir}): retrieved for {pct(asked, len(rows))} questions, "
             f"{sum(passages) / len(rows):.2f} passages per question"

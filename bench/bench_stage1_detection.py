@@ -38,18 +38,18 @@ def stage1_scores(run: Run) -> dict[str, tuple[float, float, bool]]:
     trigger scored it."""
     out = {}
     for rec in run.records:
-        for step in as_trace(rec["trace"]).steps:
+        for step in as_trace(rec.trace or {}).steps:
             if step.stage != "before":
                 continue
             for trig in step.triggers:
                 if trig.param == "entity_threshold" and trig.scores and trig.scores[0] is not None:
-                    out[str(rec["id"])] = (float(trig.scores[0]), float(trig.threshold), trig.fired)
+                    out[rec.id] = (float(trig.scores[0]), float(trig.threshold), trig.fired)
             break
     return out
 
 
 def em_of(run: Run) -> dict[str, float]:
-    return {str(r["id"]): float(r.get("em") or 0.0) for r in run.records}
+    return {r.id: r.em for r in run.records}
 
 
 def split(name: str, values: np.ndarray, fired: np.ndarray, boot: int, pct: bool) -> str:

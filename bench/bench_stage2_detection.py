@@ -83,17 +83,17 @@ def extracted_drafts(
 ) -> tuple[PipelineConfig, list[tuple[bool, list[Claim]]]]:
     """The config used, and (wrong, claims) of each first judged draft that states an answer."""
     run = load_run(run_dir)
-    cfg = load_config(config) if config else PipelineConfig.model_validate(run.config["pipeline"])
+    cfg = load_config(config) if config else PipelineConfig.model_validate(run.config.pipeline)
     if cfg.text.triplet_extractor != "rules":
         raise SystemExit(f"{run_dir}: only runs of the rules extractor are re-judged here")
     text = build_text(cfg.text)
     wrong_of = {c.id: c.wrong for c in first_draft_checks(run)}
     out = []
     for rec in run.records:
-        wrong = wrong_of.get(str(rec["id"]))
+        wrong = wrong_of.get(rec.id)
         if wrong is None:
             continue
-        step = next(s for s in as_trace(rec["trace"]).steps if s.stage == "generate" and s.triggers)
+        step = next(s for s in as_trace(rec.trace or {}).steps if s.stage == "generate" and s.triggers)
         claims: list[Claim] = []
         for sentence in text.splitter.split(step.draft):
             if "answer is" in sentence.lower():

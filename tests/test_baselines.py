@@ -26,6 +26,8 @@ import quco.pipeline
 from quco.config import GeneratorConfig, load_config
 from quco.engine.loop import join_text
 from quco.errors import CapabilityError, ConfigError
+from quco.eval.matched import matched_config
+from quco.eval.records import Record
 from quco.eval.runs import load_traces
 from quco.llm.base import Analysis, Capability, Generation
 from quco.pipeline import Pipeline, shared_generator
@@ -458,9 +460,12 @@ def test_random_trigger_draws_are_seeded_per_question(
     # p from another run's observed retrieval rate
     results = tmp_path / "results.jsonl"
     results.write_text("".join(json.dumps({"trace": r.trace.to_dict()}) + "\n" for r in flare_runs))
-    matched = build("random", {"match_run": str(results)})
+    resolved, rates = matched_config(
+        load_config(overrides={"params": {"match_run": str(results)}}, method="random")
+    )
+    matched = build("random", resolved.params)
     rate = retrieval_rate(load_traces(results))
-    assert matched.pipe.method.p == rate.per_candidate and 0 < rate.per_candidate <= 1
+    assert matched.pipe.method.p == rates["p"] == rate.per_candidate and 0 < rate.per_candidate <= 1
 
 
 def test_quco_random_control_differs_from_quco_only_in_decisions(build: Any, hotpot_dev: list[dict]) -> None:
@@ -479,8 +484,8 @@ def test_quco_random_control_differs_from_quco_only_in_decisions(build: Any, hot
         check_common(a)
         check_common(b)
         differences, _, steps = compare_question(
-            {"trace": a.trace.to_dict()},
-            {"trace": b.trace.to_dict()},
+            Record.from_dict({"trace": a.trace.to_dict()}),
+            Record.from_dict({"trace": b.trace.to_dict()}),
             ignore=("triggers", "signals", "reason", "method", "corpus_queries", "corpus_unknown"),
         )
         assert differences == [] and steps == len(a.trace.steps)

@@ -702,11 +702,11 @@ def test_calibrate_from_a_recorded_pass_matches_fresh_passes(pipe, tmp_path: Pat
     """One never-retrieving pass with recorded samples calibrates every estimator as its own pass would."""
     from quco.errors import QucoError
     from quco.eval.calibrate import calibrate, scores_from_run
-    from quco.eval.runner import run_eval
+    from quco.eval.runner import EvalOptions, Questions, run_eval
 
     _use(pipe, estimator="eig_val_laplacian", similarity="jaccard", threshold=math.inf)
     run_dir = tmp_path / "pass"
-    run_eval(pipe, "hotpotqa", limit=1, out_dir=run_dir, progress=False)
+    run_eval(pipe, "hotpotqa", Questions(limit=1), EvalOptions(out_dir=run_dir, progress=False))
 
     def config(**params):  # noqa: ANN003, ANN202
         return pipe.config.model_copy(update={"params": pipe.config.params | params})
@@ -726,7 +726,7 @@ def test_calibrate_from_a_recorded_pass_matches_fresh_passes(pipe, tmp_path: Pat
 
     _use(pipe, estimator="eig_val_laplacian", similarity="jaccard", threshold=math.inf)
     second = tmp_path / "pass-2"
-    run_eval(pipe, "hotpotqa", offset=1, limit=1, out_dir=second, progress=False)
+    run_eval(pipe, "hotpotqa", Questions(offset=1, limit=1), EvalOptions(out_dir=second, progress=False))
     cfg_file, written = tmp_path / "eigv.yaml", tmp_path / "calibrated.yaml"
     cfg_file.write_text(yaml.safe_dump(config().model_dump(mode="json")), encoding="utf-8")
     parts = [scores_from_run(d, config())[0] for d in (run_dir, second)]

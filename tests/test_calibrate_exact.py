@@ -18,7 +18,7 @@ from quco.cli import app
 from quco.config import load_config
 from quco.errors import QucoError
 from quco.eval.calibrate_exact import calibrate_from_runs
-from quco.eval.runner import run_eval
+from quco.eval.runner import EvalOptions, Questions, run_eval
 from quco.eval.runs import load_run
 from test_engine import ScriptedGenerator, build_real_parts, make_pipeline
 
@@ -44,7 +44,7 @@ class ReadsPassages(ScriptedGenerator):
 def _run(real_parts, root: Path, name: str, threshold: float, **params: object) -> Path:  # noqa: ANN001
     pipe, _ = make_pipeline(real_parts, "quco", [], entity_threshold=threshold, **params)
     pipe.parts.generator = ReadsPassages([])
-    run_eval(pipe, "hotpotqa", limit=N, out_dir=root / name, progress=False)
+    run_eval(pipe, "hotpotqa", Questions(limit=N), EvalOptions(out_dir=root / name, progress=False))
     return root / name
 
 

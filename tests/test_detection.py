@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from quco.cli import app
 from quco.datasets import load_dataset
 from quco.eval.detection import detection, detection_cells, first_draft_checks
-from quco.eval.runner import run_eval
+from quco.eval.runner import EvalOptions, Questions, run_eval
 from quco.eval.runs import load_run
 from quco.eval.stats import auroc, group_difference, proportion_difference, wilson_interval
 from quco.trace import Step, Trace
@@ -113,7 +113,12 @@ def _judge(kind: str):
 
 
 def test_the_first_judged_draft_is_scored_not_the_final_answer(tmp_path: Path) -> None:
-    run_eval(_judge("detector"), "hotpotqa", limit=12, out_dir=tmp_path / "det", progress=False)
+    run_eval(
+        _judge("detector"),
+        "hotpotqa",
+        Questions(limit=12),
+        EvalOptions(out_dir=tmp_path / "det", progress=False),
+    )
     run = load_run(tmp_path / "det")
     checks = first_draft_checks(run)
     assert len(checks) == 12 and checks[11].wrong is None
@@ -145,7 +150,12 @@ def test_the_first_judged_draft_is_scored_not_the_final_answer(tmp_path: Path) -
 
 
 def test_quco_detection_prints_each_run_and_names_runs_without_judged_drafts(tmp_path: Path) -> None:
-    run_eval(_judge("blind"), "hotpotqa", limit=12, out_dir=tmp_path / "blind", progress=False)
+    run_eval(
+        _judge("blind"),
+        "hotpotqa",
+        Questions(limit=12),
+        EvalOptions(out_dir=tmp_path / "blind", progress=False),
+    )
 
     def single(question: str) -> Trace:  # decides before generation only, as SR-RAG
         trace = Trace(question=question, method="sr-rag", prediction="So the answer is Paris.")
@@ -154,7 +164,7 @@ def test_quco_detection_prints_each_run_and_names_runs_without_judged_drafts(tmp
         return trace
 
     single.method = "sr-rag"  # type: ignore[attr-defined]
-    run_eval(single, "hotpotqa", limit=3, out_dir=tmp_path / "sr", progress=False)
+    run_eval(single, "hotpotqa", Questions(limit=3), EvalOptions(out_dir=tmp_path / "sr", progress=False))
     res = CliRunner().invoke(app, ["detection", str(tmp_path / "blind"), str(tmp_path / "sr"), "--markdown"])
     assert res.exit_code == 0, res.output
     assert "no draft judged during generation" in res.output
@@ -184,6 +194,6 @@ def test_a_fixed_schedule_judges_no_draft(tmp_path: Path) -> None:
         return trace
 
     fixed.method = "fs-rag"  # type: ignore[attr-defined]
-    run_eval(fixed, "hotpotqa", limit=3, out_dir=tmp_path / "fs", progress=False)
+    run_eval(fixed, "hotpotqa", Questions(limit=3), EvalOptions(out_dir=tmp_path / "fs", progress=False))
     run = load_run(tmp_path / "fs")
     assert first_draft_checks(run) == [] and detection(run) is None

@@ -45,16 +45,15 @@ def test_eval_writes_the_resolved_config_and_guards_it(tmp_path: Path) -> None:
 
 
 def test_compare_and_report_commands(tmp_path: Path) -> None:
-    from quco.eval.runner import run_eval
+    from quco.eval.runner import EvalOptions, Questions, run_eval
     from test_eval_report import _answerer
 
     for method, p in (("wo-rag", 0.1), ("sr-rag", 0.6)):
         run_eval(
             _answerer(method, p, method != "wo-rag"),
             "hotpotqa",
-            limit=12,
-            out_dir=tmp_path / method,
-            progress=False,
+            Questions(limit=12),
+            EvalOptions(out_dir=tmp_path / method, progress=False),
         )
     res = runner.invoke(
         app, ["compare", str(tmp_path / "wo-rag"), str(tmp_path / "sr-rag")], terminal_width=160
@@ -73,14 +72,11 @@ def test_compare_and_report_commands(tmp_path: Path) -> None:
 
 def test_summary_command_tabulates_runs_on_the_same_questions(tmp_path: Path) -> None:
     from quco.eval.cli import summary_rows
-    from quco.eval.runner import run_eval
+    from quco.eval.runner import EvalOptions, Questions, run_eval
     from test_eval_report import _answerer
 
     for method, p, limit in (("wo-rag", 0.1, 12), ("sr-rag", 0.6, 8)):
-        run_eval(
-            _answerer(method, p, method != "wo-rag"), "hotpotqa", limit=limit, out_dir=tmp_path / method,
-            progress=False,
-        )  # fmt: skip
+        run_eval(_answerer(method, p, method != "wo-rag"), "hotpotqa", Questions(limit=limit), EvalOptions(out_dir=tmp_path / method, progress=False))  # fmt: skip
     runs = [tmp_path / "wo-rag", tmp_path / "sr-rag"]
     assert [r["questions"] for r in summary_rows(runs, n_boot=200)] == [12, 8]
     assert [r["questions"] for r in summary_rows(runs, first=5, n_boot=200)] == [5, 5]
@@ -101,7 +97,7 @@ def test_summary_shows_main_only_costs_and_quco_firing_rates(tmp_path: Path) -> 
     """Main-only calls and tokens (the papers' #Call/#Tok) stand beside all-role totals; a QuCo-RAG run shows how
     often each stage fired, counted from its trigger records."""
     from quco.eval.cli import summary_rows
-    from quco.eval.runner import run_eval
+    from quco.eval.runner import EvalOptions, Questions, run_eval
     from quco.signals.corpus import Claim, claim_records
     from quco.trace import Step
     from test_eval_report import _answerer
@@ -120,7 +116,7 @@ def test_summary_shows_main_only_costs_and_quco_firing_rates(tmp_path: Path) -> 
         return trace
 
     quco.method = "quco"  # type: ignore[attr-defined]
-    run_eval(quco, "hotpotqa", limit=6, out_dir=tmp_path / "quco", progress=False)
+    run_eval(quco, "hotpotqa", Questions(limit=6), EvalOptions(out_dir=tmp_path / "quco", progress=False))
     row = summary_rows([tmp_path / "quco"], n_boot=200)[0]
     stats = row["stats"]
     assert stats["llm_calls"].mean == stats["main_llm_calls"].mean + 2

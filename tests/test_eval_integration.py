@@ -17,7 +17,7 @@ from quco.config import load_config
 from quco.datasets import load_dataset
 from quco.eval.metrics import score_prediction
 from quco.eval.report import write_report
-from quco.eval.runner import run_eval
+from quco.eval.runner import EvalOptions, Questions, run_eval
 from quco.eval.runs import RESULTS_FILE, load_run
 
 pytestmark = pytest.mark.model
@@ -49,7 +49,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory, overrides: dict[str, Any]) ->
     out = {}
     for method in ("wo-rag", "sr-rag", "quco"):
         cfg = load_config(CONFIGS / f"hotpotqa/{method}.yaml", overrides=overrides)
-        summary = run_eval(cfg, "hotpotqa", limit=N, out_dir=root / method, progress=False)
+        summary = run_eval(
+            cfg, "hotpotqa", Questions(limit=N), EvalOptions(out_dir=root / method, progress=False)
+        )
         assert (summary.completed, summary.errors) == (N, 0)
         out[method] = root / method
     return out
@@ -87,7 +89,9 @@ def test_rerun_resumes_without_building_or_repeating(
 ) -> None:
     before = (runs["sr-rag"] / RESULTS_FILE).read_bytes()
     cfg = load_config(CONFIGS / "hotpotqa/sr-rag.yaml", overrides=overrides)
-    summary = run_eval(cfg, "hotpotqa", limit=N, out_dir=runs["sr-rag"], progress=False)
+    summary = run_eval(
+        cfg, "hotpotqa", Questions(limit=N), EvalOptions(out_dir=runs["sr-rag"], progress=False)
+    )
     assert (summary.new, summary.resumed) == (0, N)
     assert (runs["sr-rag"] / RESULTS_FILE).read_bytes() == before
 
@@ -97,7 +101,9 @@ def test_answer_reprompt_is_counted(tmp_path: Path, overrides: dict[str, Any]) -
     cfg = load_config(
         CONFIGS / "hotpotqa/wo-rag.yaml", overrides={**overrides, "generation.max_new_tokens": 4}
     )
-    run_eval(cfg, "hotpotqa", limit=2, out_dir=tmp_path, progress=False)  # HotpotQA: the published protocol
+    run_eval(
+        cfg, "hotpotqa", Questions(limit=2), EvalOptions(out_dir=tmp_path, progress=False)
+    )  # HotpotQA: the published protocol
     recs = _lines(tmp_path)
     assert any(r["reprompted"] for r in recs)
     for rec in recs:
@@ -121,10 +127,18 @@ def test_reprompt_from_recorded_traces_equals_a_fresh_reprompted_run(
 
     short = {**overrides, "generation.max_new_tokens": 4}  # too short to state an answer: all re-prompted
     cfg = load_config(CONFIGS / "hotpotqa/wo-rag.yaml", overrides=short)
-    run_eval(cfg, "hotpotqa", limit=2, out_dir=tmp_path / "plain", progress=False, protocol="strict")
-    run_eval(cfg, "hotpotqa", limit=2, out_dir=tmp_path / "fresh", progress=False)
     run_eval(
-        cfg, "hotpotqa", limit=2, out_dir=tmp_path / "reused", progress=False, traces_from=tmp_path / "plain"
+        cfg,
+        "hotpotqa",
+        Questions(limit=2),
+        EvalOptions(out_dir=tmp_path / "plain", progress=False, protocol="strict"),
+    )
+    run_eval(cfg, "hotpotqa", Questions(limit=2), EvalOptions(out_dir=tmp_path / "fresh", progress=False))
+    run_eval(
+        cfg,
+        "hotpotqa",
+        Questions(limit=2),
+        EvalOptions(out_dir=tmp_path / "reused", progress=False, traces_from=tmp_path / "plain"),
     )
     fresh, reused = _lines(tmp_path / "fresh"), _lines(tmp_path / "reused")
     assert all(r["reprompted"] for r in reused)
@@ -142,19 +156,25 @@ def test_reprompt_from_recorded_traces_equals_a_fresh_reprompted_run(
     other = load_config(CONFIGS / "hotpotqa/wo-rag.yaml", overrides={**short, "prompt.fewshot": 1})
     with pytest.raises(RunError, match="different configuration.*fewshot"):
         run_eval(
-            other, "hotpotqa", limit=2, out_dir=tmp_path / "x", reprompt=True, traces_from=tmp_path / "plain"
+            other,
+            "hotpotqa",
+            Questions(limit=2),
+            EvalOptions(out_dir=tmp_path / "x", reprompt=True, traces_from=tmp_path / "plain"),
         )
     with pytest.raises(QucoError, match="drop --strict"):
         run_eval(
             cfg,
             "hotpotqa",
-            limit=2,
-            out_dir=tmp_path / "z",
-            protocol="strict",
-            traces_from=tmp_path / "plain",
+            Questions(limit=2),
+            EvalOptions(out_dir=tmp_path / "z", protocol="strict", traces_from=tmp_path / "plain"),
         )
     with pytest.raises(RunError, match="made with --strict"):
-        run_eval(cfg, "hotpotqa", limit=2, out_dir=tmp_path / "y", traces_from=tmp_path / "fresh")
+        run_eval(
+            cfg,
+            "hotpotqa",
+            Questions(limit=2),
+            EvalOptions(out_dir=tmp_path / "y", traces_from=tmp_path / "fresh"),
+        )
 
 
 def test_report_of_real_runs_renders_in_chromium(runs: dict[str, Path], tmp_path: Path) -> None:

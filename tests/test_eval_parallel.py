@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from quco.config import load_config
-from quco.eval.parallel import WorkerError
-from quco.eval.runner import run_eval
+from quco.eval.executors import WorkerError
+from quco.eval.runner import EvalOptions, Questions, run_eval
 from quco.eval.runs import RESULTS_FILE
 from quco.machine import usable_cores
 
@@ -44,8 +44,12 @@ def test_worker_processes_record_what_one_process_records(tmp_path: Path, small_
             "generation.max_new_tokens": 24,
         },
     )
-    one = run_eval(cfg, "hotpotqa", limit=4, out_dir=tmp_path / "one", workers=1, progress=False)
-    two = run_eval(cfg, "hotpotqa", limit=4, out_dir=tmp_path / "two", workers=2, progress=False)
+    one = run_eval(
+        cfg, "hotpotqa", Questions(limit=4), EvalOptions(out_dir=tmp_path / "one", workers=1, progress=False)
+    )
+    two = run_eval(
+        cfg, "hotpotqa", Questions(limit=4), EvalOptions(out_dir=tmp_path / "two", workers=2, progress=False)
+    )
     assert (one.completed, one.errors, two.completed, two.errors) == (4, 0, 4, 0)
     assert one.config_hash == two.config_hash  # the number of workers is not part of a run's identity
     a, b = _records(tmp_path / "one"), _records(tmp_path / "two")
@@ -74,5 +78,10 @@ def test_a_worker_that_cannot_build_its_pipeline_stops_the_run(tmp_path: Path) -
         overrides={"generator.backend": "llamacpp", "retriever.corpus": str(tmp_path / "missing.jsonl")},
     )
     with pytest.raises(WorkerError, match="could not build its pipeline.*missing.jsonl"):
-        run_eval(cfg, "hotpotqa", limit=2, out_dir=tmp_path / "run", workers=2, progress=False)
+        run_eval(
+            cfg,
+            "hotpotqa",
+            Questions(limit=2),
+            EvalOptions(out_dir=tmp_path / "run", workers=2, progress=False),
+        )
     assert not (tmp_path / "run" / RESULTS_FILE).exists() or not _records(tmp_path / "run")

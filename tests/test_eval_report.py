@@ -17,7 +17,7 @@ from PIL import Image
 
 from quco.datasets import load_dataset
 from quco.eval.report import write_report
-from quco.eval.runner import run_eval
+from quco.eval.runner import EvalOptions, Questions, run_eval
 from quco.signals.corpus import entity_rarity
 from quco.trace import RetrievedRef, Step, Trace
 from quco.trigger_record import TriggerRecord
@@ -71,7 +71,12 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("report")
     dirs = []
     for method, p, retrieves in (("wo-rag", 0.2, False), ("sr-rag", 0.4, True), ("quco", 0.5, True)):
-        run_eval(_answerer(method, p, retrieves), "hotpotqa", limit=N, out_dir=root / method, progress=False)
+        run_eval(
+            _answerer(method, p, retrieves),
+            "hotpotqa",
+            Questions(limit=N),
+            EvalOptions(out_dir=root / method, progress=False),
+        )
         dirs.append(root / method)
     return write_report(dirs, root / "report.html", n_boot=2000)
 

@@ -24,7 +24,7 @@ import pytest
 from quco.config import load_config
 from quco.datasets import load_dataset
 from quco.eval.metrics import score_prediction
-from quco.eval.runner import run_eval
+from quco.eval.runner import EvalOptions, Questions, run_eval
 from quco.eval.runs import RESULTS_FILE, RunError, load_run, scan_results
 from quco.machine import cpu_name
 from quco.paths import data_dir
@@ -80,7 +80,9 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 
 def test_every_question_recorded_in_order_with_scores_and_errors(tmp_path: Path) -> None:
-    summary = run_eval(toy_answer, "hotpotqa", limit=12, out_dir=tmp_path, progress=False)
+    summary = run_eval(
+        toy_answer, "hotpotqa", Questions(limit=12), EvalOptions(out_dir=tmp_path, progress=False)
+    )
     recs = _lines(tmp_path)
     assert [r["id"] for r in recs] == [e.id for e in EXAMPLES[:12]]
     assert (summary.completed, summary.new, summary.resumed, summary.errors) == (12, 12, 0, 1)
@@ -104,7 +106,7 @@ def test_run_directory_names_no_folder_of_this_machine(tmp_path: Path) -> None:
     directory, in the ``${QUCO_DATA_DIR}`` notation of the configs, so a run names no local folder."""
     import yaml
 
-    run_eval(toy_answer, "hotpotqa", limit=2, out_dir=tmp_path, progress=False)
+    run_eval(toy_answer, "hotpotqa", Questions(limit=2), EvalOptions(out_dir=tmp_path, progress=False))
     text = (tmp_path / "config.yaml").read_text(encoding="utf-8")
     selection = yaml.safe_load(text)["selection"]
     assert selection["dataset_path"] == "${QUCO_DATA_DIR}/hotpotqa/hotpot_dev_0_300_unified.jsonl"
@@ -113,7 +115,7 @@ def test_run_directory_names_no_folder_of_this_machine(tmp_path: Path) -> None:
     outside.write_text(
         (data_dir() / "hotpotqa/hotpot_dev_0_300_unified.jsonl").read_text().splitlines()[0] + "\n"
     )
-    run_eval(toy_answer, outside, limit=1, out_dir=tmp_path / "own", progress=False)
+    run_eval(toy_answer, outside, Questions(limit=1), EvalOptions(out_dir=tmp_path / "own", progress=False))
     own = yaml.safe_load((tmp_path / "own" / "config.yaml").read_text(encoding="utf-8"))["selection"]
     assert own["dataset_path"] == str(outside)
 
@@ -125,16 +127,25 @@ def test_resume_answers_only_what_is_missing(tmp_path: Path) -> None:
         asked.append(q)
         return toy_answer(q)
 
-    run_eval(counting, "hotpotqa", limit=5, out_dir=tmp_path, progress=False)
+    run_eval(counting, "hotpotqa", Questions(limit=5), EvalOptions(out_dir=tmp_path, progress=False))
     assert len(asked) == 5
-    summary = run_eval(counting, "hotpotqa", limit=10, out_dir=tmp_path, progress=False)
+    summary = run_eval(
+        counting, "hotpotqa", Questions(limit=10), EvalOptions(out_dir=tmp_path, progress=False)
+    )
     assert len(asked) == 10 and len(set(asked)) == 10
     assert (summary.resumed, summary.new, summary.completed) == (5, 5, 10)
-    summary = run_eval(counting, "hotpotqa", limit=10, out_dir=tmp_path, progress=False)
+    summary = run_eval(
+        counting, "hotpotqa", Questions(limit=10), EvalOptions(out_dir=tmp_path, progress=False)
+    )
     assert len(asked) == 10 and summary.new == 0
     assert [r["id"] for r in _lines(tmp_path)] == [e.id for e in EXAMPLES[:10]]
     # A recorded error is kept on resume, and re-run on request without duplicating the question.
-    summary = run_eval(counting, "hotpotqa", limit=10, out_dir=tmp_path, progress=False, retry_errors=True)
+    summary = run_eval(
+        counting,
+        "hotpotqa",
+        Questions(limit=10),
+        EvalOptions(out_dir=tmp_path, progress=False, retry_errors=True),
+    )
     assert summary.new == 1 and asked[-1] == EXAMPLES[3].question
     ids = [r["id"] for r in _lines(tmp_path)]
     assert sorted(ids) == sorted(e.id for e in EXAMPLES[:10])
@@ -142,53 +153,79 @@ def test_resume_answers_only_what_is_missing(tmp_path: Path) -> None:
 
 def test_torn_last_line_is_dropped_and_redone(tmp_path: Path) -> None:
     full = tmp_path / "full"
-    run_eval(toy_answer, "hotpotqa", limit=8, out_dir=full, progress=False)
+    run_eval(toy_answer, "hotpotqa", Questions(limit=8), EvalOptions(out_dir=full, progress=False))
     expected = [_stable(r) for r in _lines(full)]
     part = tmp_path / "part"
-    run_eval(toy_answer, "hotpotqa", limit=6, out_dir=part, progress=False)
+    run_eval(toy_answer, "hotpotqa", Questions(limit=6), EvalOptions(out_dir=part, progress=False))
     line = (full / RESULTS_FILE).read_text("utf-8").splitlines()[6]
     with (part / RESULTS_FILE).open("a", encoding="utf-8") as fh:
         fh.write(line[: len(line) // 2])  # the writer was killed half-way through question 7
     scan = scan_results(part / RESULTS_FILE)
     assert scan.torn and len(scan.records) == 6
     assert len(load_run(part).records) == 6  # readers skip the torn line too
-    summary = run_eval(toy_answer, "hotpotqa", limit=8, out_dir=part, progress=False)
+    summary = run_eval(toy_answer, "hotpotqa", Questions(limit=8), EvalOptions(out_dir=part, progress=False))
     assert summary.new == 2
     assert [_stable(r) for r in _lines(part)] == expected
 
 
 def test_corrupt_line_in_the_middle_is_an_error(tmp_path: Path) -> None:
-    run_eval(toy_answer, "hotpotqa", limit=3, out_dir=tmp_path, progress=False)
+    run_eval(toy_answer, "hotpotqa", Questions(limit=3), EvalOptions(out_dir=tmp_path, progress=False))
     lines = (tmp_path / RESULTS_FILE).read_text("utf-8").splitlines()
     lines[1] = lines[1][:20]
     (tmp_path / RESULTS_FILE).write_text("\n".join(lines) + "\n", "utf-8")
     with pytest.raises(RunError, match=r"line 2 is corrupt"):
-        run_eval(toy_answer, "hotpotqa", limit=3, out_dir=tmp_path, progress=False)
+        run_eval(toy_answer, "hotpotqa", Questions(limit=3), EvalOptions(out_dir=tmp_path, progress=False))
 
 
 def test_changed_config_refuses_to_resume(tmp_path: Path) -> None:
     cfg = load_config(CONFIGS / "hotpotqa/sr-rag.yaml")
     # limit=0 writes the run's config without building the pipeline.
-    assert run_eval(cfg, "hotpotqa", limit=0, out_dir=tmp_path, progress=False).completed == 0
+    assert (
+        run_eval(cfg, "hotpotqa", Questions(limit=0), EvalOptions(out_dir=tmp_path, progress=False)).completed
+        == 0
+    )
     stored = (tmp_path / "config.yaml").read_text("utf-8")
     assert "config_hash:" in stored and "method: sr-rag" in stored and "sha256: b48bf547" in stored
-    run_eval(cfg, "hotpotqa", limit=0, out_dir=tmp_path, progress=False)  # same config: fine
+    run_eval(
+        cfg, "hotpotqa", Questions(limit=0), EvalOptions(out_dir=tmp_path, progress=False)
+    )  # same config: fine
     changed = load_config(CONFIGS / "hotpotqa/sr-rag.yaml", overrides={"retriever.top_k": 5})
     with pytest.raises(RunError, match=r"different configuration \(pipeline\.retriever\.top_k \(3 -> 5\)\)"):
-        run_eval(changed, "hotpotqa", limit=0, out_dir=tmp_path, progress=False)
+        run_eval(changed, "hotpotqa", Questions(limit=0), EvalOptions(out_dir=tmp_path, progress=False))
     with pytest.raises(RunError, match="different configuration"):
-        run_eval(cfg, "2wikimultihopqa", limit=0, out_dir=tmp_path, progress=False)
+        run_eval(cfg, "2wikimultihopqa", Questions(limit=0), EvalOptions(out_dir=tmp_path, progress=False))
     # the answer protocol is part of the identity (HotpotQA's default is the published one)
-    assert load_run(tmp_path).config["answer_protocol"] == {"name": "published", "max_new_tokens": 128}
+    assert load_run(tmp_path).config.identity["answer_protocol"] == {
+        "name": "published",
+        "max_new_tokens": 128,
+    }
     with pytest.raises(RunError, match=r"answer_protocol\.name \('published' -> 'strict'\)"):
-        run_eval(cfg, "hotpotqa", limit=0, out_dir=tmp_path, progress=False, protocol="strict")
+        run_eval(
+            cfg,
+            "hotpotqa",
+            Questions(limit=0),
+            EvalOptions(out_dir=tmp_path, progress=False, protocol="strict"),
+        )
     other = tmp_path / "fn"
-    run_eval(toy_answer, "hotpotqa", limit=2, out_dir=other, progress=False, fingerprint="v1")
+    run_eval(
+        toy_answer,
+        "hotpotqa",
+        Questions(limit=2),
+        EvalOptions(out_dir=other, progress=False, fingerprint="v1"),
+    )
     with pytest.raises(RunError, match=r"fingerprint \('v1' -> 'v2'\)"):
-        run_eval(toy_answer, "hotpotqa", limit=2, out_dir=other, progress=False, fingerprint="v2")
+        run_eval(
+            toy_answer,
+            "hotpotqa",
+            Questions(limit=2),
+            EvalOptions(out_dir=other, progress=False, fingerprint="v2"),
+        )
     with pytest.raises(RunError, match="already holds 2 results"):
         run_eval(
-            toy_answer, "hotpotqa", limit=2, out_dir=other, progress=False, fingerprint="v1", resume=False
+            toy_answer,
+            "hotpotqa",
+            Questions(limit=2),
+            EvalOptions(out_dir=other, progress=False, fingerprint="v1", resume=False),
         )
 
 
@@ -198,14 +235,14 @@ def test_a_setting_added_since_and_left_unset_resumes(tmp_path: Path) -> None:
     import yaml
 
     cfg = load_config(CONFIGS / "hotpotqa/sr-rag.yaml")
-    run_eval(cfg, "hotpotqa", limit=0, out_dir=tmp_path, progress=False)
+    run_eval(cfg, "hotpotqa", Questions(limit=0), EvalOptions(out_dir=tmp_path, progress=False))
     path = tmp_path / "config.yaml"
     stored = yaml.safe_load(path.read_text("utf-8"))
     assert stored["pipeline"]["generator"]["analysis_backend"] is None
     del stored["pipeline"]["generator"]["analysis_backend"]  # as written before the setting existed
     stored["config_hash"] = "0123456789abcdef"
     path.write_text(yaml.safe_dump(stored, sort_keys=False), "utf-8")
-    run_eval(cfg, "hotpotqa", limit=0, out_dir=tmp_path, progress=False)
+    run_eval(cfg, "hotpotqa", Questions(limit=0), EvalOptions(out_dir=tmp_path, progress=False))
     resumed = yaml.safe_load(path.read_text("utf-8"))
     assert (
         resumed["config_hash"] != "0123456789abcdef"
@@ -213,7 +250,7 @@ def test_a_setting_added_since_and_left_unset_resumes(tmp_path: Path) -> None:
     )
     hybrid = load_config(CONFIGS / "hotpotqa/sr-rag.yaml", overrides={"generator.analysis_backend": "hf"})
     with pytest.raises(RunError, match=r"generator\.analysis_backend \(None -> 'hf'\)"):
-        run_eval(hybrid, "hotpotqa", limit=0, out_dir=tmp_path, progress=False)
+        run_eval(hybrid, "hotpotqa", Questions(limit=0), EvalOptions(out_dir=tmp_path, progress=False))
 
 
 def test_changed_prompt_files_and_older_runs_refuse_to_resume(tmp_path: Path) -> None:
@@ -223,12 +260,14 @@ def test_changed_prompt_files_and_older_runs_refuse_to_resume(tmp_path: Path) ->
     shots.write_text(json.dumps({"question": "Q1?", "cot": "Because.", "answer": "A1"}) + "\n", "utf-8")
     cfg = load_config(CONFIGS / "hotpotqa/sr-rag.yaml", overrides={"prompt.exemplars": str(shots)})
     run = tmp_path / "run"
-    run_eval(cfg, "hotpotqa", limit=0, out_dir=run, progress=False, protocol="strict")
+    run_eval(cfg, "hotpotqa", Questions(limit=0), EvalOptions(out_dir=run, progress=False, protocol="strict"))
     stored = yaml.safe_load((run / "config.yaml").read_text("utf-8"))
     assert stored["prompt"]["template"] == "baseline" and stored["pipeline"]["prompt"]["template"] is None
     shots.write_text(json.dumps({"question": "Q1?", "cot": "Since.", "answer": "A1"}) + "\n", "utf-8")
     with pytest.raises(RunError, match=r"different configuration \(prompt\.sha256"):
-        run_eval(cfg, "hotpotqa", limit=0, out_dir=run, progress=False, protocol="strict")
+        run_eval(
+            cfg, "hotpotqa", Questions(limit=0), EvalOptions(out_dir=run, progress=False, protocol="strict")
+        )
 
     # A run written before the answer protocol was recorded was made with other loop defaults: neither resumed
     # nor reused, with a message that says why.
@@ -240,9 +279,16 @@ def test_changed_prompt_files_and_older_runs_refuse_to_resume(tmp_path: Path) ->
     (old / "config.yaml").write_text(yaml.safe_dump(stored, sort_keys=False), "utf-8")
     (old / "results.jsonl").write_text("", "utf-8")
     with pytest.raises(RunError, match="older version of quco"):
-        run_eval(cfg, "hotpotqa", limit=0, out_dir=old, progress=False, protocol="strict")
+        run_eval(
+            cfg, "hotpotqa", Questions(limit=0), EvalOptions(out_dir=old, progress=False, protocol="strict")
+        )
     with pytest.raises(RunError, match="older version of quco"):
-        run_eval(cfg, "hotpotqa", limit=1, out_dir=tmp_path / "new", traces_from=old, progress=False)
+        run_eval(
+            cfg,
+            "hotpotqa",
+            Questions(limit=1),
+            EvalOptions(out_dir=tmp_path / "new", traces_from=old, progress=False),
+        )
 
 
 def test_threads_answer_concurrently_with_the_same_results(tmp_path: Path) -> None:
@@ -257,8 +303,15 @@ def test_threads_answer_concurrently_with_the_same_results(tmp_path: Path) -> No
         time.sleep(0.02)
         return toy_answer(q)
 
-    run_eval(toy_answer, "hotpotqa", limit=16, out_dir=tmp_path / "one", progress=False)
-    summary = run_eval(threaded, "hotpotqa", limit=16, out_dir=tmp_path / "four", workers=4, progress=False)
+    run_eval(
+        toy_answer, "hotpotqa", Questions(limit=16), EvalOptions(out_dir=tmp_path / "one", progress=False)
+    )
+    summary = run_eval(
+        threaded,
+        "hotpotqa",
+        Questions(limit=16),
+        EvalOptions(out_dir=tmp_path / "four", workers=4, progress=False),
+    )
     assert summary.completed == 16
     assert len(names) > 1
     one = {r["id"]: _stable(r) for r in _lines(tmp_path / "one")}
@@ -281,7 +334,7 @@ def test_each_question_records_its_cpu_seconds_the_machine_load_and_the_processo
             time.sleep(0.3)
         return toy_answer(q)
 
-    run_eval(timed, "hotpotqa", limit=2, out_dir=tmp_path, progress=False)
+    run_eval(timed, "hotpotqa", Questions(limit=2), EvalOptions(out_dir=tmp_path, progress=False))
     busy, idle = _lines(tmp_path)
     assert busy["cpu_seconds"] >= 0.2 and busy["seconds"] >= busy["cpu_seconds"] * 0.9
     assert idle["seconds"] >= 0.3 and idle["cpu_seconds"] < 0.2
@@ -352,7 +405,7 @@ def test_a_matched_control_records_its_rates_and_a_changed_matched_run_changes_i
 ) -> None:
     """A random control takes its firing rates from a matched run when it starts. Those rates are part of its
     run's identity, so a control resumed after the matched run grew (other rates) is refused, not mixed."""
-    from quco.eval.runner import _resolve_target
+    from quco.eval.target import resolve_target
     from quco.trigger_record import TriggerRecord
 
     def matched_answer(question: str) -> Trace:  # stage 1 fires on every other question (by a hash)
@@ -363,20 +416,20 @@ def test_a_matched_control_records_its_rates_and_a_changed_matched_run_changes_i
         return trace
 
     matched = tmp_path / "quco"
-    run_eval(matched_answer, "hotpotqa", limit=6, out_dir=matched, progress=False)
+    run_eval(matched_answer, "hotpotqa", Questions(limit=6), EvalOptions(out_dir=matched, progress=False))
     overrides = {"params.match_run": str(matched)}
 
     def identity() -> dict[str, Any]:
-        return _resolve_target(CONFIGS / "hotpotqa/quco-random.yaml", overrides, None, False).identity
+        return resolve_target(CONFIGS / "hotpotqa/quco-random.yaml", overrides, None, False).identity
 
     first = identity()
-    traces = [r["trace"] for r in load_run(matched).records if r["trace"]]
+    traces = [r.trace for r in load_run(matched).records if r.trace]
     fired = sum(1 for t in traces if t["steps"][0]["triggers"][0]["fired_at"] is not None)
     assert first["matched_rates"]["p_stage1"] == pytest.approx(fired / len(traces))
     assert identity() == first  # the same matched run: the same identity, so the control resumes
-    run_eval(matched_answer, "hotpotqa", limit=20, out_dir=matched, progress=False)
+    run_eval(matched_answer, "hotpotqa", Questions(limit=20), EvalOptions(out_dir=matched, progress=False))
     assert identity()["matched_rates"] != first["matched_rates"]
-    assert "matched_rates" not in _resolve_target(CONFIGS / "hotpotqa/quco.yaml", None, None, False).identity
+    assert "matched_rates" not in resolve_target(CONFIGS / "hotpotqa/quco.yaml", None, None, False).identity
 
 
 if __name__ == "__main__":
@@ -384,4 +437,4 @@ if __name__ == "__main__":
     # restore the default handler so that the test's Ctrl-C reaches the runner wherever the suite runs.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     out_dir, n = sys.argv[1], int(sys.argv[2])
-    run_eval(toy_answer, "hotpotqa", limit=n, out_dir=out_dir, progress=False)
+    run_eval(toy_answer, "hotpotqa", Questions(limit=n), EvalOptions(out_dir=out_dir, progress=False))

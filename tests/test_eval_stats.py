@@ -22,7 +22,8 @@ from quco.eval.analysis import (
     trigger_scores,
     trigger_sweep,
 )
-from quco.eval.runs import Run, record_costs
+from quco.eval.records import Record, RunConfig
+from quco.eval.runs import Run
 from quco.eval.stats import bootstrap_ci, compare, paired_test, permutation_p_value, summarize
 from quco.signals.corpus import Claim, claim_records, entity_rarity
 from quco.trigger_record import TriggerRecord
@@ -69,7 +70,7 @@ def test_paired_test_reports_difference_and_drops_unpaired_nans() -> None:
 
 
 def _rec(qid: str, em: float, *, count: float | None = None, retrievals: int = 0, secs: dict | None = None,
-         tokens: int = 10, error: bool = False, claims: list[list[dict]] | None = None) -> dict[str, Any]:  # fmt: skip
+         tokens: int = 10, error: bool = False, claims: list[list[dict]] | None = None) -> Record:  # fmt: skip
     steps = []
     if count is not None:
         stage1 = entity_rarity([count, 2 * count], 100_000, "count", True).record
@@ -95,27 +96,23 @@ def _rec(qid: str, em: float, *, count: float | None = None, retrievals: int = 0
             "seconds": secs or {},
         },
     }
-    return {
-        "id": qid,
-        "em": em,
-        "f1": em,
-        "error": "boom" if error else None,
-        "trace": None if error else trace,
-    }
+    return Record.from_dict(
+        {"id": qid, "em": em, "f1": em, "error": "boom" if error else None, "trace": None if error else trace}
+    )
 
 
-def _run(name: str, recs: list[dict[str, Any]], method: str = "quco") -> Run:
+def _run(name: str, recs: list[Record], method: str = "quco") -> Run:
     cfg = {"label": name, "pipeline": {"method": method}, "dataset": {"name": "hotpotqa", "sha256": "abc"}}
-    return Run(Path(name), cfg, recs)
+    return Run(Path(name), RunConfig.from_dict(cfg), recs)
 
 
 def test_costs_and_summary_from_traces() -> None:
     rec = _rec("q", 1.0, retrievals=2, secs={"llm": 1.5, "retrieval": 0.5}, tokens=30)
-    costs = record_costs(rec)
+    costs = rec.costs()
     assert costs == {"retrievals": 2.0, "main_llm_calls": 1.0, "llm_calls": 3.0, "main_tokens": 30.0,
                      "tokens": 34.0, "prompt_tokens": 100.0, "corpus_queries": 3.0, "extractor_calls": 2.0,
                      "seconds": 2.0}  # fmt: skip
-    assert all(math.isnan(v) for v in record_costs(_rec("e", 0.0, error=True)).values())
+    assert all(math.isnan(v) for v in _rec("e", 0.0, error=True).costs().values())
     run = _run("r", [rec, _rec("e", 0.0, error=True)])
     s = summarize(run, n_boot=500)
     assert s["em"].mean == 0.5 and s["em"].n == 2  # an error is a wrong answer
@@ -128,7 +125,9 @@ def test_compare_pairs_common_questions_and_guards_datasets() -> None:
     comp = compare(a, b, ("em", "retrievals"), n_boot=500)
     assert (comp.n_common, comp.only_a, comp.only_b) == (8, 2, 2)
     assert comp.results["em"].diff.mean == pytest.approx(0.5)
-    other = Run(Path("c"), {"dataset": {"name": "2wikimultihopqa", "sha256": "zzz"}}, b.records)
+    other = Run(
+        Path("c"), RunConfig.from_dict({"dataset": {"name": "2wikimultihopqa", "sha256": "zzz"}}), b.records
+    )
     with pytest.raises(QucoError, match="different datasets"):
         compare(a, other)
     with pytest.raises(QucoError, match="no question in common"):

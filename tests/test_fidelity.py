@@ -18,6 +18,8 @@ import pytest
 from quco.answer import PUBLISHED, STRICT, cut_prediction, extract_answer, wants_reprompt
 from quco.config import load_config
 from quco.engine.context import RunContext
+from quco.errors import ConfigError
+from quco.eval.matched import matched_config
 from quco.llm.base import Generation
 from quco.methods import method_class
 from quco.methods.quco import CHATTY_PHRASES, NEGATION_PHRASES, QuCoRAG
@@ -130,22 +132,35 @@ def test_published_protocol_reprompts_a_missing_answer_as_a_counted_step(real_pa
 
 def test_runner_defaults_to_the_published_protocol_on_its_datasets(tmp_path: Path) -> None:
     from quco.errors import QucoError
-    from quco.eval.runner import run_eval
+    from quco.eval.runner import EvalOptions, Questions, run_eval
     from quco.eval.runs import load_run
 
     cfg = load_config(CONFIGS / "hotpotqa/sr-rag.yaml")
-    run_eval(cfg, "hotpotqa", limit=0, out_dir=tmp_path / "h", progress=False)
+    run_eval(cfg, "hotpotqa", Questions(limit=0), EvalOptions(out_dir=tmp_path / "h", progress=False))
     assert load_run(tmp_path / "h").config["answer_protocol"] == {"name": "published", "max_new_tokens": 128}
-    run_eval(cfg, "pubmedqa", limit=0, out_dir=tmp_path / "p", progress=False)
+    run_eval(cfg, "pubmedqa", Questions(limit=0), EvalOptions(out_dir=tmp_path / "p", progress=False))
     assert load_run(tmp_path / "p").config["answer_protocol"] == {"name": "strict"}
-    run_eval(cfg, "hotpotqa", limit=0, out_dir=tmp_path / "s", progress=False, protocol="strict")
+    run_eval(
+        cfg,
+        "hotpotqa",
+        Questions(limit=0),
+        EvalOptions(out_dir=tmp_path / "s", progress=False, protocol="strict"),
+    )
     assert load_run(tmp_path / "s").config["answer_protocol"] == {"name": "strict"}
     with pytest.raises(QucoError, match="strict run"):
         run_eval(
-            cfg, "hotpotqa", limit=0, out_dir=tmp_path / "x", protocol="strict", traces_from=tmp_path / "s"
+            cfg,
+            "hotpotqa",
+            Questions(limit=0),
+            EvalOptions(out_dir=tmp_path / "x", protocol="strict", traces_from=tmp_path / "s"),
         )
     with pytest.raises(QucoError, match="made with --strict"):
-        run_eval(cfg, "hotpotqa", limit=1, out_dir=tmp_path / "y", traces_from=tmp_path / "h")
+        run_eval(
+            cfg,
+            "hotpotqa",
+            Questions(limit=1),
+            EvalOptions(out_dir=tmp_path / "y", traces_from=tmp_path / "h"),
+        )
 
 
 # -- 3. QuCo-RAG's loop as published ------------------------------------------------------------------------
@@ -325,14 +340,21 @@ def test_random_control_on_quco_loop_matched_per_stage(real_parts, tmp_path: Pat
     ]
     assert claims.claims == len(judged) > 0 and claims.flagged == sum(c["flagged"] for c in judged)
 
+    # the evaluation reads the matched run and builds the control with its rates; the method never reads it
+    unresolved = real_parts[0].model_copy(
+        update={"method": "quco-random", "params": {"match_run": str(results.parent), "seed": 3}}
+    )
+    resolved, rates = matched_config(unresolved)
+    assert rates == {"p_stage1": stage1.per_step, "p_claim": claims.per_claim}
+    assert "match_run" not in resolved.params and resolved.params["seed"] == 3
+    with pytest.raises(ConfigError, match="match_run"):
+        method_class("quco-random")(unresolved.params).setup(None)
     pipe, gen = make_pipeline(
         real_parts, "quco-random", ["Ed Wood was born in Poughkeepsie. So the answer is yes."] * 3,
-        match_run=str(results.parent), seed=3,
+        **resolved.params,
     )  # fmt: skip
     method = pipe.method
-    method.setup(pipe.parts)
     assert (method.p1, method.p2) == (stage1.per_step, claims.per_claim)
-    assert method.matched_rates() == {"p_stage1": stage1.per_step, "p_claim": claims.per_claim}
     answered = pipe.answer(QUESTION)
     before = answered.steps[0]
     assert (before.triggers[0].signal, before.triggers[0].param, before.triggers[0].threshold) == (
@@ -412,7 +434,8 @@ def test_sweep_and_cost_matched_random_control_read_quco_records(real_parts, tmp
     run = tmp_path / "quco"
     run.mkdir()
     (run / "results.jsonl").write_text(json.dumps({"id": "1", "trace": trace.to_dict()}) + "\n", "utf-8")
-    pipe, _ = make_pipeline(real_parts, "random", ["So the answer is yes."], match_run=str(run))
-    pipe.method.setup(pipe.parts)
+    unresolved = real_parts[0].model_copy(update={"method": "random", "params": {"match_run": str(run)}})
+    resolved, _ = matched_config(unresolved)
+    pipe, _ = make_pipeline(real_parts, "random", ["So the answer is yes."], **resolved.params)
     rate = retrieval_rate([trace])
     assert pipe.method.p == rate.per_candidate == 1.0  # one judged sentence, and it fired

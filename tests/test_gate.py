@@ -20,7 +20,7 @@ from quco.eval.gate.data import COSTS, GateData, load_gate_data
 from quco.eval.gate.fit import logistic_gate, signal_gate
 from quco.eval.gate.frontier import at_budget, fire_at, frontier, oracle, point, random_gate, threshold_for
 from quco.eval.gate.report import build_report, figure, markdown
-from quco.eval.runner import run_eval
+from quco.eval.runner import EvalOptions, Questions, run_eval
 from quco.eval.runs import load_run
 from quco.methods import method_class
 from quco.methods.gate import FEATURES, question_features
@@ -210,7 +210,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, small_hotpot_corpus: Path) -
 
 def _eval(method: str, out: Path, world: dict, **params: object) -> list[dict]:
     cfg = load_config(overrides={**world, "params": dict(params)}, method=method)
-    run_eval(cfg, "hotpotqa", limit=4, out_dir=out, progress=False)
+    run_eval(cfg, "hotpotqa", Questions(limit=4), EvalOptions(out_dir=out, progress=False))
     return load_run(out).records
 
 

@@ -307,7 +307,7 @@ def test_a_run_recorded_under_the_earlier_name_resumes_under_the_new_one(tmp_pat
 
     import yaml
 
-    from quco.eval.runner import run_eval
+    from quco.eval.runner import EvalOptions, Questions, run_eval
     from quco.eval.runs import RunError, read_config
 
     root = Path(__file__).resolve().parents[1]
@@ -320,10 +320,20 @@ def test_a_run_recorded_under_the_earlier_name_resumes_under_the_new_one(tmp_pat
     config = root / "configs" / "world" / "hotpotqa" / "wo-rag.yaml"
     for name in ("qwen2.5-coder-1.5b-instruct", "qwen2.5-1.5b-instruct"):
         overrides = {"generator.backend": "llamacpp", "generator.model": name}
-        summary = run_eval(config, "hotpotqa", limit=200, out_dir=out, overrides=overrides, progress=False)
+        summary = run_eval(
+            config,
+            "hotpotqa",
+            Questions(limit=200),
+            EvalOptions(out_dir=out, overrides=overrides, progress=False),
+        )
         assert (summary.resumed, summary.new, summary.completed) == (200, 0, 200)
     rewritten = yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8"))
     assert rewritten["pipeline"]["generator"]["model"] == "qwen2.5-coder-1.5b-instruct"
     assert rewritten["prompt"] == raw["prompt"] and rewritten["created"] == raw["created"]
     with pytest.raises(RunError, match="different configuration"):  # another model is another run
-        run_eval(config, "hotpotqa", limit=200, out_dir=out, overrides={"generator.backend": "llamacpp"})
+        run_eval(
+            config,
+            "hotpotqa",
+            Questions(limit=200),
+            EvalOptions(out_dir=out, overrides={"generator.backend": "llamacpp"}),
+        )

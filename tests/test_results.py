@@ -15,7 +15,7 @@ from quco.datasets import load_dataset
 from quco.eval.detection import first_draft_checks
 from quco.eval.plan import PlanError, load_plan
 from quco.eval.results import BEGIN, END, SUMMARY_BEGIN, SUMMARY_END, collect, machine_cell, run_plan, table
-from quco.eval.runner import run_eval
+from quco.eval.runner import EvalOptions, Questions, run_eval
 from quco.eval.runs import load_run
 from quco.eval.stats import compare, summarize
 from quco.machine import cpu_name
@@ -222,7 +222,12 @@ def test_table_from_recorded_runs(tmp_path: Path) -> None:
     (done,) = run_plan(plan, rows=["random"], echo=lambda s: None)
     assert (done.action, done.detail) == ("skipped", f"waits for 'quco' to complete (0/{N} questions)")
     for name, p, limit in (("sr-rag", 0.4, N + 2), ("quco", 0.6, N), ("random", 0.5, 4), ("dragin", 0.5, 3)):
-        run_eval(_answerer(name, p), "hotpotqa", limit=limit, out_dir=runs / name, progress=False)
+        run_eval(
+            _answerer(name, p),
+            "hotpotqa",
+            Questions(limit=limit),
+            EvalOptions(out_dir=runs / name, progress=False),
+        )
     # A row just started (its config written, nothing recorded yet) reads as not run, without "n/a" cells.
     (runs / "wo-rag").mkdir()
     (runs / "wo-rag" / "config.yaml").write_bytes((runs / "quco" / "config.yaml").read_bytes())
@@ -299,7 +304,9 @@ def test_a_run_made_with_another_config_is_noted(tmp_path: Path) -> None:
     spec |= {"markdown": str(tmp_path / "r.md"), "html": str(tmp_path / "r.html")}
     plan = load_plan(_write(tmp_path / "plan.yaml", spec))
     run_dir = tmp_path / "runs" / "hotpotqa" / "sr-rag"
-    run_eval(_answerer("sr-rag", 0.5), "hotpotqa", limit=N, out_dir=run_dir, progress=False)
+    run_eval(
+        _answerer("sr-rag", 0.5), "hotpotqa", Questions(limit=N), EvalOptions(out_dir=run_dir, progress=False)
+    )
     config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
     for fewshot, noted in ((8, False), (3, True)):
         pipeline = load_config(SR, overrides={"prompt.fewshot": fewshot}).model_dump(mode="json")
@@ -343,8 +350,18 @@ def test_status_counts_rows_and_estimates_the_hours_left(tmp_path: Path) -> None
     spec["datasets"].append({"name": "2wikimultihopqa", "offset": 0, "limit": N, "rows": rows()})
     plan = load_plan(_write(tmp_path / "plan.yaml", spec))
     runs = tmp_path / "runs"
-    run_eval(_answerer("sr-rag", 0.4), "hotpotqa", limit=N, out_dir=runs / "hotpotqa/sr-rag", progress=False)
-    run_eval(_answerer("quco", 0.5), "hotpotqa", limit=2, out_dir=runs / "hotpotqa/quco", progress=False)
+    run_eval(
+        _answerer("sr-rag", 0.4),
+        "hotpotqa",
+        Questions(limit=N),
+        EvalOptions(out_dir=runs / "hotpotqa/sr-rag", progress=False),
+    )
+    run_eval(
+        _answerer("quco", 0.5),
+        "hotpotqa",
+        Questions(limit=2),
+        EvalOptions(out_dir=runs / "hotpotqa/quco", progress=False),
+    )
     # An hour-long pause during sr-rag's first question: the mean shows it, the estimate's median does not.
     lines = (runs / "hotpotqa/sr-rag/results.jsonl").read_text(encoding="utf-8").splitlines()
     first = json.loads(lines[0])
@@ -394,7 +411,9 @@ def test_status_paces_a_row_by_the_questions_this_processor_answered(tmp_path: P
                              "rows": [{"name": "sr-rag", "config": SR}]})  # fmt: skip
     plan = load_plan(_write(tmp_path / "plan.yaml", spec))
     path = tmp_path / "runs/hotpotqa/sr-rag"
-    run_eval(_answerer("sr-rag", 0.4), "hotpotqa", limit=4, out_dir=path, progress=False)
+    run_eval(
+        _answerer("sr-rag", 0.4), "hotpotqa", Questions(limit=4), EvalOptions(out_dir=path, progress=False)
+    )
     # The first question answered on a fast processor, the next three on a slow one.
     stamped = [("Fast CPU", 10.0), ("Slow CPU", 50.0), ("Slow CPU", 60.0), ("Slow CPU", 70.0)]
     assert len(stamped) - 1 == HERE_MIN
@@ -532,9 +551,10 @@ def test_the_committed_headline_runs_keep_their_identity() -> None:
     chance per judged sentence (p_stage2), which the per-claim chance replaced: it must be run again, and its
     identity says so."""
     from quco.config import load_config, parse_override
+    from quco.eval.records import differences
     from quco.eval.results import row_overrides
-    from quco.eval.runner import _differences, _pipeline_identity
     from quco.eval.runs import read_config
+    from quco.eval.target import pipeline_identity
 
     plan = load_plan(ROOT / "configs/results/headline.yaml")
     checked = 0
@@ -542,15 +562,15 @@ def test_the_committed_headline_runs_keep_their_identity() -> None:
         run_dir = ROOT / plan.run_dir(ds, row)
         if not (run_dir / "config.yaml").is_file() or row.config is None:
             continue
-        recorded = read_config(run_dir)
+        recorded = read_config(run_dir).identity
         overrides = dict(parse_override(s) for s in row_overrides(plan, ds, row))
         if "params.match_run" in overrides:
             overrides["params.match_run"] = str(ROOT / overrides["params.match_run"])
         config = ROOT / (plan.calibrated_config(ds, row) if row.calibrate else row.config)
-        identity = _pipeline_identity(load_config(config, overrides=overrides))
+        identity = pipeline_identity(load_config(config, overrides=overrides))
         identity["pipeline"]["params"].pop("match_run", None)
         recorded["pipeline"]["params"].pop("match_run", None)
-        diffs = _differences({k: recorded.get(k) for k in identity}, identity)
+        diffs = differences({k: recorded.get(k) for k in identity}, identity)
         if "p_stage2" in recorded["pipeline"]["params"]:
             assert any("p_stage2" in d for d in diffs), (ds.name, row.name)
             continue

@@ -21,6 +21,7 @@ from quco.corpus_stats.local import LocalInfiniGram
 from quco.corpus_stats.tokenizer import load_tokenizer
 from quco.corpus_stats.verify import IndexScan, positions, window_rule, window_same_document
 from quco.errors import CorpusFormatError
+from quco.eval import world_file
 from quco.retrieval import BM25Retriever, CorpusReport, CorpusSource, corpus_docs
 from quco.retrieval.bm25 import ensure_index
 from quco.retrieval.corpus import CorpusSet
@@ -394,36 +395,42 @@ def test_classification_rule():
 
 def test_run_records_its_world_and_refuses_a_changed_corpus(hotpot_pool_path, pool_slice, tmp_path):
     cfg = load_config(None, overrides={"method": "quco", "retriever.corpus": str(hotpot_pool_path)})
-    rec = guard.record_world(tmp_path, cfg)
+    rec = world_file.record_world(tmp_path, cfg)
     assert rec["world"] == "pool"
     assert rec["retrieval"]["kind"] == rec["corpus_stats"]["kind"] == "pool"
     assert rec["retrieval"]["pools"] == [{"dataset": "hotpotqa", "holds_evaluated_gold": True}]
-    saved = json.loads((tmp_path / guard.WORLD_FILE).read_text())
+    saved = json.loads((tmp_path / world_file.WORLD_FILE).read_text())
     assert saved["retrieval"]["fingerprint"] == CorpusSource.resolve(hotpot_pool_path).fingerprint()
     other = load_config(None, overrides={"method": "quco", "retriever.corpus": str(pool_slice)})
-    with pytest.raises(guard.WorldChangedError, match="corpus changed"):
-        guard.record_world(tmp_path, other)
-    closed = guard.describe_world(load_config(None, overrides={"method": "wo-rag"}))
+    with pytest.raises(world_file.WorldChangedError, match="corpus changed"):
+        world_file.record_world(tmp_path, other)
+    closed = world_file.describe(load_config(None, overrides={"method": "wo-rag"}))
     assert closed["world"] == "none" and not closed["retrieval"]["used"]
+    # DTR searches the retriever's corpus through its own index: that corpus is used though its shape builds no
+    # pipeline retriever
+    dtr = world_file.describe(load_config(None, overrides={"method": "dtr"}), build=False)
+    assert dtr["retrieval"]["used"] and not dtr["corpus_stats"]["used"]
 
 
 def test_summary_and_report_show_the_world(hotpot_pool_path, tmp_path):
+    from quco.eval.records import Record, RunConfig
     from quco.eval.runs import Run
 
     cfg = load_config(None, overrides={"method": "sr-rag", "retriever.corpus": str(hotpot_pool_path)})
-    guard.record_world(tmp_path, cfg)
+    world_file.record_world(tmp_path, cfg)
     trace = {
         "steps": [{"stage": "before", "decision": "retrieve"}, {"stage": "generate", "decision": "keep"}]
     }
-    run = Run(tmp_path, {"label": "pool-run"}, [{"id": "1", "trace": trace}, {"id": "2", "trace": trace}])
-    (line,) = guard.world_lines([run])
+    records = [Record.from_dict({"id": "1", "trace": trace}), Record.from_dict({"id": "2", "trace": trace})]
+    run = Run(tmp_path, RunConfig.from_dict({"label": "pool-run"}), records)
+    (line,) = world_file.world_lines([run])
     assert line.startswith("pool-run: world POOL") and "before generating on 2/2" in line
     assert "hotpotqa pool" in line and "holds the gold" in line
     html = guard.world_html([run])
     assert "<h2>World</h2>" in html and "POOL" in html
     # a run without a record: inferred from its config, and marked as such
-    legacy = Run(tmp_path / "nothing", {"pipeline": cfg.model_dump(mode="json")}, [])
-    assert "(inferred)" in guard.world_lines([legacy])[0]
+    legacy = Run(tmp_path / "nothing", RunConfig.from_dict({"pipeline": cfg.model_dump(mode="json")}), [])
+    assert "(inferred)" in world_file.world_lines([legacy])[0]
 
 
 # -- probes: lock files and the on-error hint ----------------------------------------------------------------------

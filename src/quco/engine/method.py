@@ -8,6 +8,7 @@ method must choose (``select`` after a multi-path retrieval, ``choose`` among pe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -17,7 +18,7 @@ from quco.engine.context import RunContext
 from quco.errors import ConfigError
 from quco.llm.base import Capability, Generation, StopWhen
 from quco.retrieval.base import Passage
-from quco.trace import RetrievedRef
+from quco.trace import RetrievedRef, Trace
 from quco.trigger_record import TriggerRecord
 
 DraftUnit = Literal["tokens", "sentence", "continuation"]
@@ -54,6 +55,9 @@ class Shape:
     budget: Budget = "per_call"
     needs: frozenset[Capability] = frozenset({Capability.TEXT})  # generator capabilities
     retriever: bool = True  # the pipeline's retriever is built for it
+    # It searches the retriever's corpus through an index it builds itself (DTR's dense index), so that corpus
+    # is used even when the pipeline's retriever is not.
+    own_index: bool = False
     corpus_stats: bool = False  # the corpus-statistics index is built for it
 
 
@@ -158,6 +162,14 @@ class Choice:
     stop: bool = False
 
 
+@dataclass(frozen=True)
+class Matched:
+    """What a control takes from the run it matches: parameter values by name, and how they were counted."""
+
+    params: dict[str, float]
+    detail: str = ""
+
+
 @dataclass
 class Final:
     """A post-generation stage's result (``Method.after``): the prediction that replaces the loop's."""
@@ -199,12 +211,18 @@ class Method:
     def setup(self, parts: Any) -> None:
         """Called once when the pipeline is built, to add method-specific parts (``parts.retrievers``, extras)."""
 
-    def matched_rates(self) -> dict[str, float] | None:
-        """The rates this method takes from another recorded run (a control's ``match_run``), or None.
+    @property
+    def match_run(self) -> str | None:
+        """A recorded run whose rates this method takes (a control's ``params.match_run``), or None.
 
-        An evaluation run records them in its identity, so a run does not resume with other rates after the
-        matched run has changed (for example grown by more questions)."""
+        The method never reads it: the evaluation reads that run, turns it into parameter values with
+        ``matched`` and builds the method with them (``quco.eval.matched``); the values enter the run's identity,
+        so a run does not resume with other rates after the matched run has changed."""
         return None
+
+    def matched(self, traces: Sequence[Trace | dict[str, Any]]) -> Matched:
+        """The parameter values this method takes from the traces of the run it matches (``match_run``)."""
+        raise ConfigError(f"method '{self.name}' takes nothing from a recorded run")
 
     def inputs(self) -> dict[str, str] | None:
         """Files this method reads that decide what it does (a fitted gate), by content hash, or None.

@@ -2,8 +2,9 @@
 
 from quco.eval.detection import Detection, detection
 from quco.eval.metrics import exact_match, extract_answer, f1_score, normalize_answer, score_prediction
-from quco.eval.runner import RunSummary, run_eval
-from quco.eval.runs import Run, load_run, record_costs
+from quco.eval.records import Record, RunConfig
+from quco.eval.runner import EvalOptions, Questions, RunSummary, run_eval
+from quco.eval.runs import Run, load_run
 from quco.eval.stats import (
     Comparison,
     Interval,
@@ -17,9 +18,13 @@ from quco.eval.stats import (
 __all__ = [
     "Comparison",
     "Detection",
+    "EvalOptions",
     "Interval",
     "PairedResult",
+    "Questions",
+    "Record",
     "Run",
+    "RunConfig",
     "RunSummary",
     "bootstrap_ci",
     "compare",
@@ -31,7 +36,6 @@ __all__ = [
     "load_run",
     "normalize_answer",
     "paired_test",
-    "record_costs",
     "run_eval",
     "score_prediction",
     "write_report",

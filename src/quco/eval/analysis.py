@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from quco.eval.runs import COST_FIELDS, Run, component_seconds, record_costs
+from quco.eval.runs import COST_FIELDS, Record, Run
 from quco.trace import COMPONENTS, Step, as_trace
 from quco.trigger_record import TriggerRecord
 
@@ -42,10 +42,10 @@ def _bin_label(low: float, high: float) -> str:
 
 
 def records_of(
-    rec: dict[str, Any], signal: str | None = None, param: str | None = None
+    rec: Record, signal: str | None = None, param: str | None = None
 ) -> list[tuple[Step, TriggerRecord]]:
     """The trigger records of one question's trace, with their steps (those of ``signal``/``param`` if given)."""
-    trace = rec.get("trace")
+    trace = rec.trace
     if not trace:
         return []
     return [
@@ -56,7 +56,7 @@ def records_of(
     ]
 
 
-def question_frequency(rec: dict[str, Any], stat: str = "mean") -> float | None:
+def question_frequency(rec: Record, stat: str = "mean") -> float | None:
     """Corpus frequency of a question's entities from its stage-1 record: their mean (default) or minimum count."""
     for step, record in records_of(rec, param="entity_threshold"):
         if record.signal == f"{stat}_entity_count":
@@ -77,7 +77,7 @@ def frequencies(run: Run, stat: str = "mean") -> dict[str, float]:
     for rec in run.records:
         f = question_frequency(rec, stat)
         if f is not None:
-            out[str(rec["id"])] = f
+            out[rec.id] = f
     return out
 
 
@@ -128,9 +128,9 @@ def em_by_entity_frequency(
         sums = [0.0] * len(bins)
         counts = [0] * len(bins)
         for rec in run.records:
-            b = assignment.get(str(rec["id"]))
+            b = assignment.get(rec.id)
             if b is not None:
-                sums[b] += float(rec.get("em") or 0.0)
+                sums[b] += rec.em
                 counts[b] += 1
         table[run.name] = [s / c if c else math.nan for s, c in zip(sums, counts, strict=True)]
     labels = [_bin_label(low, high) for low, high in bins]
@@ -161,7 +161,7 @@ def efficiency_points(runs: Sequence[Run]) -> list[EfficiencyPoint]:
 
 def em_by_cost(run: Run, cost: str = "retrievals", max_groups: int = 8) -> list[tuple[str, int, float]]:
     """EM of the questions grouped by how much they cost: exact values when few, quantile bins otherwise."""
-    pairs = [(record_costs(r)[cost], float(r.get("em") or 0.0)) for r in run.records]
+    pairs = [(r.costs()[cost], r.em) for r in run.records]
     pairs = [(c, e) for c, e in pairs if math.isfinite(c)]
     if not pairs:
         return []
@@ -184,9 +184,9 @@ def runtime_breakdown(runs: Sequence[Run]) -> dict[str, dict[str, float]]:
     out = {}
     for run in runs:
         totals = dict.fromkeys(COMPONENTS, 0.0)
-        answered = [r for r in run.records if r.get("trace")]
+        answered = [r for r in run.records if r.trace]
         for rec in answered:
-            for comp, sec in component_seconds(rec).items():
+            for comp, sec in rec.component_seconds().items():
                 totals[comp] = totals.get(comp, 0.0) + sec
         out[run.name] = {k: v / len(answered) if answered else 0.0 for k, v in totals.items()}
     return out
@@ -217,11 +217,11 @@ def threshold_sweep(
     if thresholds is None:
         top = max(freq.values(), default=1.0)
         thresholds = [0.0] + [10.0**k for k in range(0, int(math.log10(max(top, 1.0))) + 2)]
-    ids = [str(r["id"]) for r in signal_run.records]
+    ids = [r.id for r in signal_run.records]
     simulate = with_run is not None and without_run is not None
     if simulate:
-        em_with = {k: float(v.get("em") or 0.0) for k, v in with_run.by_id().items()}
-        em_without = {k: float(v.get("em") or 0.0) for k, v in without_run.by_id().items()}
+        em_with = {k: v.em for k, v in with_run.by_id().items()}
+        em_without = {k: v.em for k, v in without_run.by_id().items()}
         ids = [i for i in ids if i in em_with and i in em_without]
     rows = []
     for t in thresholds:
@@ -274,7 +274,7 @@ def trigger_sweep(
     """
     from quco.signals.replay import sweep, trace_params
 
-    traces = [r["trace"] for r in run.records if r.get("trace")]
+    traces = [r.trace for r in run.records if r.trace]
     if param is None:
         params = trace_params(traces)
         if not params:

@@ -316,7 +316,7 @@ def scores_from_run(run_dir: str | Path, config: Any) -> tuple[list[float], int,
             f"--from-run re-scores recorded black-box samples; the config's method is '{cfg.method}' and "
             f"the run's is '{run.method}'"
         )
-    recorded = PipelineConfig.model_validate(run.config["pipeline"])
+    recorded = PipelineConfig.model_validate(run.config.pipeline)
     ours, theirs = BlackBoxParams.model_validate(cfg.params), BlackBoxParams.model_validate(recorded.params)
     differ = [k for k in _SAMPLING_PARAMS if getattr(ours, k) != getattr(theirs, k)]
     differ += [k for k in ("generator", "prompt", "generation") if getattr(cfg, k) != getattr(recorded, k)]
@@ -329,13 +329,13 @@ def scores_from_run(run_dir: str | Path, config: Any) -> tuple[list[float], int,
     scores: list[float] = []
     questions = 0
     for rec in run.records:
-        if rec.get("error"):
+        if rec.error:
             continue
         questions += 1
-        for step in (rec.get("trace") or {}).get("steps", []):
+        for step in (rec.trace or {}).get("steps", []):
             if step.get("decision") == "retrieve":
                 raise QucoError(
-                    f"the run in {run_dir} retrieved (question {rec.get('id')}): record the calibration pass "
+                    f"the run in {run_dir} retrieved (question {rec.id}): record the calibration pass "
                     "with --set params.threshold=.inf so that no check fires"
                 )
             samples = (step.get("signals") or {}).get("samples")
@@ -346,9 +346,9 @@ def scores_from_run(run_dir: str | Path, config: Any) -> tuple[list[float], int,
             f"no recorded samples in {run_dir}: run the pass with params.record_samples=true "
             "(the default) and at least one question"
         )
-    sel = run.config.get("selection") or {}
-    start = int(sel.get("offset") or 0)
-    span = f"{start}:{start + len(run.records)}" if not sel.get("sample") else "recorded"
+    sel = run.config.selection
+    start = sel.offset if sel is not None else 0
+    span = f"{start}:{start + len(run.records)}" if sel is None or not sel.sample else "recorded"
     return scores, questions, span
 
 

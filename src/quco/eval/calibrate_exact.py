@@ -249,33 +249,33 @@ def collect(run_dirs: Sequence[str | Path], param: str) -> tuple[list[Question],
             "give at least one run (--from-run), usually two: one where the decision always fires"
         )
     runs = [load_run(d) for d in run_dirs]
-    base = _strip(runs[0].config.get("pipeline") or {}, param)
+    base = _strip(runs[0].config.pipeline or {}, param)
     for run in runs[1:]:
-        diff = _differences(base, _strip(run.config.get("pipeline") or {}, param))
+        diff = _differences(base, _strip(run.config.pipeline or {}, param))
         if diff:
             raise QucoError(
                 f"{run.dir} was recorded with another configuration than {runs[0].dir} "
                 f"(besides {param}: {', '.join(diff)}); the runs must differ only in the threshold"
             )
     for key in ("dataset", "prompt", "answer_protocol"):
-        seen = {repr(r.config.get(key)) for r in runs}
+        seen = {repr(r.config.identity.get(key)) for r in runs}
         if len(seen) > 1:
             raise QucoError(f"the runs differ in their {key.replace('_', ' ')}: {' / '.join(sorted(seen))}")
     questions: dict[str, Question] = {}
     rule, disagreements = "", []
     for run in runs:
         for rec in run.records:
-            trace = rec.get("trace")
-            if rec.get("error") or not trace:
+            trace = rec.trace
+            if rec.error or not trace:
                 raise QucoError(
-                    f"{run.dir}: question {rec.get('id')} was recorded with an error; re-run it first "
+                    f"{run.dir}: question {rec.id} was recorded with an error; re-run it first "
                     "(`quco eval --retry-errors`)"
                 )
             record = _decision(trace, param)
-            qid = str(rec["id"])
+            qid = rec.id
             score = _score(record) if record else None
             forced = bool(record and record.forced)
-            q = questions.setdefault(qid, Question(qid, int(rec.get("index") or 0), score, forced))
+            q = questions.setdefault(qid, Question(qid, rec.index, score, forced))
             if (q.score, q.forced) != (score, forced):
                 raise QucoError(
                     f"question {qid} has score {score} in {run.dir} but {q.score} in another run: the runs "
@@ -287,11 +287,11 @@ def collect(run_dirs: Sequence[str | Path], param: str) -> tuple[list[Question],
             counters = trace.get("counters", {})
             calls = counters.get("llm_calls", {}) or {}
             outcome = Outcome(
-                float(rec.get("em") or 0.0),
-                float(rec.get("f1") or 0.0),
+                rec.em,
+                rec.f1,
                 float(counters.get("retrievals", 0)),
                 float(sum(calls.values()) if isinstance(calls, dict) else calls or 0),
-                str(rec.get("prediction") or ""),
+                rec.prediction,
             )
             seen = q.outcomes.get(fired)
             if seen is not None and seen.prediction != outcome.prediction:
@@ -299,7 +299,7 @@ def collect(run_dirs: Sequence[str | Path], param: str) -> tuple[list[Question],
             q.outcomes.setdefault(fired, outcome)
     if not rule:
         raise QucoError(f"no recorded decision for '{param}' in the runs; is it the right --param?")
-    name = str((runs[0].config.get("dataset") or {}).get("name") or "")
+    name = runs[0].config.dataset.name or ""
     return list(questions.values()), rule, disagreements, name
 
 

@@ -18,7 +18,7 @@ from quco.cli_support import friendly_errors, out, setup_logging
 from quco.config import PipelineConfig, load_config, parse_override
 from quco.datasets import DATASETS
 from quco.errors import QucoError
-from quco.eval.runner import RunSummary, run_eval
+from quco.eval.runner import EvalOptions, Questions, RunSummary, run_eval
 from quco.eval.runs import load_run
 from quco.eval.stats import SUMMARY_FIELDS, Comparison, compare_runs, summarize
 
@@ -67,19 +67,18 @@ def eval_command(
     return run_eval(
         cfg,
         name,
-        limit=limit,
-        offset=offset,
-        out_dir=out_dir,
-        workers=workers,
-        resume=resume,
-        reprompt=reprompt,
-        progress=progress,
-        sample=sample,
-        seed=seed,
-        retry_errors=retry_errors,
-        label=label,
-        traces_from=traces_from,
-        protocol="strict" if strict else None,
+        Questions(limit=limit, offset=offset, sample=sample, seed=seed),
+        EvalOptions(
+            out_dir=out_dir,
+            workers=workers,
+            resume=resume,
+            reprompt=reprompt,
+            progress=progress,
+            retry_errors=retry_errors,
+            label=label,
+            traces_from=traces_from,
+            protocol="strict" if strict else None,
+        ),
     )
 
 
@@ -120,7 +119,7 @@ def firing_rates(run: Any) -> dict[str, Any]:
     """Per stage: the trigger records' firing rate over the run's traces (None where that stage has none)."""
     from quco.signals.chance import stage_rate
 
-    traces = [r["trace"] for r in run.records if r.get("trace")]
+    traces = [r.trace for r in run.records if r.trace]
     rates = {stage: stage_rate(traces, stage) for stage, _ in FIRING_COLUMNS}
     return {stage: rate if rate.steps else None for stage, rate in rates.items()}
 
@@ -146,11 +145,11 @@ def summary_rows(
         if first < 1:
             raise QucoError(f"--first must be at least 1, got {first}")
         for run in loaded:
-            run.records = [r for r in run.records if int(r.get("index", first)) < first]
+            run.records = [r for r in run.records if r.index < first]
     if common:
-        shared = set.intersection(*({str(r["id"]) for r in run.records} for run in loaded))
+        shared = set.intersection(*({r.id for r in run.records} for run in loaded))
         for run in loaded:
-            run.records = [r for r in run.records if str(r["id"]) in shared]
+            run.records = [r for r in run.records if r.id in shared]
     rows = []
     for run in loaded:
         stats = summarize(run, [f for f, _ in SUMMARY_COLUMNS], n_boot=n_boot)
@@ -189,7 +188,7 @@ _logging = setup_logging
 
 def _print_summary(summary: RunSummary) -> None:
     run = load_run(summary.out_dir)
-    done = {str(r["id"]) for r in run.records}
+    done = {r.id for r in run.records}
     table = Table(title=f"{run.name}: {summary.completed}/{summary.selected} questions", show_lines=False)
     table.add_column("metric")
     table.add_column("mean [95% CI]", justify="right")
@@ -303,7 +302,7 @@ def summary_cli(
             vals += [format_rate(row["firing"][stage], stage) for stage, _ in FIRING_COLUMNS]
         return [row["run"], row["method"], str(row["questions"])] + vals
 
-    from quco.world.guard import world_lines  # which world each run measured in (pool or realistic)
+    from quco.eval.world_file import world_lines  # which world each run measured in (pool or realistic)
 
     _print_table(
         "mean per question [95% bootstrap CI]; EM and F1 in %", headers, [cells(r) for r in rows], markdown

@@ -86,20 +86,18 @@ class Detection:
 
 def first_draft_checks(run: Run) -> list[DraftCheck]:
     """Every question's first draft judged during generation, scored as the run scores its predictions."""
-    dataset = str(run.dataset.get("name") or "hotpotqa")
+    dataset = str(run.dataset.name or "hotpotqa")
     checks = []
     for rec in run.records:
-        if rec.get("error") or not rec.get("trace"):
+        if rec.error or not rec.trace:
             continue
-        judged = (s for s in as_trace(rec["trace"]).steps if s.stage == "generate" and judges(s.triggers))
+        judged = (s for s in as_trace(rec.trace).steps if s.stage == "generate" and judges(s.triggers))
         step = next(judged, None)
         if step is None or not step.draft.strip():
             continue
-        score = score_prediction(step.draft, rec.get("gold") or [], rec.get("kind") or "span", dataset)
+        score = score_prediction(step.draft, rec.gold, rec.kind or "span", dataset)
         wrong = None if score.missing else score.em < 1.0
-        checks.append(
-            DraftCheck(str(rec["id"]), step.decision == "retrieve", wrong, _suspicion(step.triggers[0]))
-        )
+        checks.append(DraftCheck(rec.id, step.decision == "retrieve", wrong, _suspicion(step.triggers[0])))
     return checks
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quco.eval.runs import RunError, load_run
+from quco.eval.runs import Record, RunError, load_run
 
 # Per question: record fields and counters that decide or measure an answer (seconds are left out).
 RECORD_FIELDS = ("prediction", "answer", "missing", "reprompted", "em", "f1", "error")
@@ -105,13 +105,11 @@ def _diff(a: Any, b: Any, where: str, out: list[str], ignore: Sequence[str]) -> 
     return 1
 
 
-def compare_question(
-    ra: dict[str, Any], rb: dict[str, Any], ignore: Sequence[str] = ()
-) -> tuple[list[str], int, int]:
+def compare_question(ra: Record, rb: Record, ignore: Sequence[str] = ()) -> tuple[list[str], int, int]:
     """Differences between two records of one question; leaves and steps compared."""
     out: list[str] = []
-    n = sum(_diff(ra.get(f), rb.get(f), f, out, ignore) for f in RECORD_FIELDS)
-    ta, tb = ra.get("trace") or {}, rb.get("trace") or {}
+    n = sum(_diff(getattr(ra, f), getattr(rb, f), f, out, ignore) for f in RECORD_FIELDS)
+    ta, tb = ra.trace or {}, rb.trace or {}
     n += sum(_diff(ta.get(f), tb.get(f), f"trace.{f}", out, ignore) for f in TRACE_FIELDS)
     ca, cb = ta.get("counters") or {}, tb.get("counters") or {}
     n += sum(_diff(ca.get(f), cb.get(f), f"counters.{f}", out, ignore) for f in COUNTER_FIELDS)
@@ -129,11 +127,11 @@ def trace_diff(
     """Compare two run directories question by question (``first``: only dataset positions below it)."""
     a, b = load_run(run_a), load_run(run_b)
 
-    def keep(r: dict[str, Any]) -> bool:
-        return first is None or int(r.get("index", 0)) < first
+    def keep(r: Record) -> bool:
+        return first is None or r.index < first
 
-    ra = {str(r["id"]): r for r in a.records if keep(r)}
-    rb = {str(r["id"]): r for r in b.records if keep(r)}
+    ra = {r.id: r for r in a.records if keep(r)}
+    rb = {r.id: r for r in b.records if keep(r)}
     common = [i for i in ra if i in rb]
     if not common:
         raise RunError(f"{run_a} and {run_b} have no question in common; nothing to compare")

@@ -132,11 +132,11 @@ def upgrade_step(method: str, step: dict[str, Any], params: Any, unknown_retriev
     return step
 
 
-def upgrade_trace(trace: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A trace dict as the current version, given the run's config (its ``pipeline`` section, if any)."""
+def upgrade_trace(trace: dict[str, Any], pipeline: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A trace dict as the current version, given the run's pipeline config (``RunConfig.pipeline``, if any)."""
     if int(trace.get("version", 1)) >= TRACE_VERSION:
         return trace
-    pipeline = (config or {}).get("pipeline") or {}
+    pipeline = pipeline or {}
     method = str(trace.get("method") or pipeline.get("method") or "")
     params = _params(method, pipeline.get("params"))
     unknown_retrieves = ((pipeline.get("corpus_stats") or {}).get("unknown_policy", "retrieve")) == "retrieve"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from quco.errors import QucoError
 from quco.eval.plan import DatasetPlan, Plan, Row
 from quco.eval.results import planned_ids, selected_rows
-from quco.eval.runs import CONFIG_FILE, load_run
+from quco.eval.runs import CONFIG_FILE, Record, load_run
 from quco.machine import cpu_name
 
 HERE_MIN = 3  # questions on this processor before a row's estimate uses their pace alone
@@ -57,8 +57,8 @@ class RowStatus:
         return None if self.pace is None else (self.planned - self.recorded) * self.pace / 3600.0
 
 
-def _seconds(records: Sequence[dict]) -> list[float]:
-    return [float(r["seconds"]) for r in records if isinstance(r.get("seconds"), (int, float))]
+def _seconds(records: Sequence[Record]) -> list[float]:
+    return [r.seconds for r in records]
 
 
 def _row_status(plan: Plan, ds: DatasetPlan, row: Row, processor: str) -> RowStatus:
@@ -75,14 +75,13 @@ def _row_status(plan: Plan, ds: DatasetPlan, row: Row, processor: str) -> RowSta
     except QucoError as exc:
         st.state, st.problem = "unreadable", str(exc)
         return st
-    by_id = run.by_id()
-    records = [by_id[i] for i in ids if i in by_id]
+    records = run.restricted(ids).records
     st.recorded = len(records)
     seconds = _seconds(records)
     if seconds:
         st.seconds_per_question = statistics.fmean(seconds)
         st.pace = statistics.median(seconds)
-    here = _seconds([r for r in records if r.get("cpu") == processor])
+    here = _seconds([r for r in records if r.cpu == processor])
     st.on_here = len(here)
     if len(here) >= HERE_MIN:
         st.pace, st.pace_here = statistics.median(here), True

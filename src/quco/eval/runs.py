@@ -1,42 +1,49 @@
-"""A run directory on disk: ``config.yaml`` plus ``results.jsonl`` (one JSON line per question).
+"""A run directory on disk, read and written here only: ``config.yaml`` (a ``RunConfig``), ``results.jsonl``
+(one ``Record`` per line) and ``world.json`` (``quco.eval.world_file``).
 
 Reading is shared by the runner (resume), the statistics, the analyses and the report, so that every tool
 agrees on what a run holds: a torn last line (a killed writer) is ignored, a corrupt line elsewhere is an
-error, and a question id recorded twice counts once (the first record).
+error, and a question id recorded twice counts once (the first record). Writing is the runner's: each record is
+flushed and fsynced before the next, the config is replaced atomically.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
 from quco.errors import QucoError
+from quco.eval.records import COST_FIELDS, DatasetId, Record, RunConfig
 
 log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.yaml"
 RESULTS_FILE = "results.jsonl"
 
-# Per-question quantities the statistics and report know about, in display order. ``main_*`` count the main
-# generations only (drafts and regenerations), as the papers' #Call and #Tok do; ``llm_calls`` and ``tokens``
-# count every role (extractor, sampler, judge, probe, answer re-prompt, ...).
-COST_FIELDS = (
-    "retrievals",
-    "main_llm_calls",
-    "llm_calls",
-    "main_tokens",
-    "tokens",
-    "prompt_tokens",
-    "corpus_queries",
-    "extractor_calls",
-    "seconds",
-)
+__all__ = [
+    "CONFIG_FILE",
+    "COST_FIELDS",
+    "RESULTS_FILE",
+    "Record",
+    "ResultsScan",
+    "Run",
+    "RunConfig",
+    "RunError",
+    "load_run",
+    "load_traces",
+    "read_config",
+    "scan_results",
+    "unique_records",
+]
 
 
 class RunError(QucoError):
@@ -45,9 +52,12 @@ class RunError(QucoError):
 
 @dataclass(frozen=True)
 class ResultsScan:
-    records: list[dict[str, Any]]
+    records: list[Record]
     good_bytes: int  # length of the file prefix holding complete, valid lines
     torn: bool  # a trailing partial or unparseable last line was found
+    lines: list[bytes] = field(
+        default_factory=list, repr=False
+    )  # each record's line as read (with its newline)
 
 
 def scan_results(path: Path) -> ResultsScan:
@@ -55,7 +65,8 @@ def scan_results(path: Path) -> ResultsScan:
     if not path.is_file():
         return ResultsScan([], 0, False)
     data = path.read_bytes()
-    records: list[dict[str, Any]] = []
+    records: list[Record] = []
+    lines: list[bytes] = []
     pos = 0
     lineno = 0
     while pos < len(data):
@@ -69,94 +80,34 @@ def scan_results(path: Path) -> ResultsScan:
                 raise ValueError("not an object")
         except (ValueError, UnicodeDecodeError) as exc:
             if end == -1 or last:
-                return ResultsScan(records, pos, True)
+                return ResultsScan(records, pos, True, lines)
             raise RunError(
                 f"{path}: line {lineno} is corrupt ({exc}); delete that line and re-run to redo the question"
             ) from exc
         if end == -1:  # a complete JSON object without its newline: the write was cut before "\n"
-            return ResultsScan(records, pos, True)
+            return ResultsScan(records, pos, True, lines)
         if rec is not None:
-            records.append(rec)
+            records.append(Record.from_dict(rec))
+            lines.append(data[pos : end + 1])
         pos = end + 1
-    return ResultsScan(records, pos, False)
+    return ResultsScan(records, pos, False, lines)
 
 
-def unique_records(records: list[dict[str, Any]], where: Path | str = "") -> list[dict[str, Any]]:
+def _first_of_each(ids: list[str], where: Path | str) -> list[int]:
     seen: set[str] = set()
-    out = []
-    for rec in records:
-        rid = str(rec.get("id"))
+    keep = []
+    for i, rid in enumerate(ids):
         if rid in seen:
             log.warning("%s: question %s recorded twice; keeping the first record", where, rid)
             continue
         seen.add(rid)
-        out.append(rec)
-    return out
+        keep.append(i)
+    return keep
 
 
-def _total(value: Any) -> float:
-    if isinstance(value, dict):
-        return float(sum(value.values()))
-    return float(value or 0)
-
-
-def record_costs(rec: dict[str, Any]) -> dict[str, float]:
-    """Costs of one answered question from its trace; NaN for all when the question raised (no trace)."""
-    trace = rec.get("trace")
-    if not trace:
-        return {k: math.nan for k in COST_FIELDS}
-    counters = trace.get("counters", {})
-    calls = counters.get("llm_calls", {}) or {}
-    generated = counters.get("generated_tokens", {}) or {}
-    return {
-        "retrievals": float(counters.get("retrievals", 0)),
-        "main_llm_calls": float(calls.get("main", 0)),
-        "llm_calls": _total(calls),
-        "main_tokens": float(generated.get("main", 0)),
-        "tokens": _total(generated),
-        "prompt_tokens": _total(counters.get("prompt_tokens", {})),
-        "corpus_queries": float(counters.get("corpus_queries", 0)),
-        "extractor_calls": float(calls.get("extractor", 0)),
-        # The pipeline's own wall time (re-prompt included), consistent with its per-component seconds.
-        "seconds": float(trace.get("seconds") or rec.get("seconds") or 0.0),
-    }
-
-
-def component_seconds(rec: dict[str, Any]) -> dict[str, float]:
-    trace = rec.get("trace") or {}
-    return {k: float(v) for k, v in (trace.get("counters", {}).get("seconds", {}) or {}).items()}
-
-
-@dataclass
-class Run:
-    """A finished or partial run as read from disk."""
-
-    dir: Path
-    config: dict[str, Any]
-    records: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        label = self.config.get("label")
-        return str(label) if label else self.dir.name
-
-    @property
-    def method(self) -> str:
-        pipeline = self.config.get("pipeline") or {}
-        return str(pipeline.get("method") or self.config.get("method") or self.config.get("answerer") or "?")
-
-    @property
-    def dataset(self) -> dict[str, Any]:
-        return dict(self.config.get("dataset") or {})
-
-    def by_id(self) -> dict[str, dict[str, Any]]:
-        return {str(r["id"]): r for r in self.records}
-
-    def values(self, metric: str) -> list[float]:
-        """Per-question values of ``em``, ``f1`` or a cost field (errored questions: 0 for scores, NaN for costs)."""
-        if metric in ("em", "f1"):
-            return [float(r.get(metric) or 0.0) for r in self.records]
-        return [record_costs(r)[metric] for r in self.records]
+def unique_records(records: list[Record], where: Path | str = "") -> list[Record]:
+    """The records with each question id once (its first record)."""
+    return [records[i] for i in _first_of_each([r.id for r in records], where)]
 
 
 def current_names(config: dict[str, Any]) -> dict[str, Any]:
@@ -174,8 +125,9 @@ def current_names(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def read_config(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / CONFIG_FILE
+def read_config(run_dir: Path) -> RunConfig:
+    """A run's ``config.yaml`` (model names in their current form)."""
+    path = Path(run_dir) / CONFIG_FILE
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -186,7 +138,57 @@ def read_config(run_dir: Path) -> dict[str, Any]:
         raise RunError(f"cannot read {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise RunError(f"{path} does not hold a mapping; it was not written by `quco eval`")
-    return current_names(data)
+    return RunConfig.from_dict(current_names(data))
+
+
+@dataclass
+class Run:
+    """A finished or partial run as read from disk."""
+
+    dir: Path
+    config: RunConfig
+    records: list[Record] = field(default_factory=list)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "config" and isinstance(value, dict):  # transitional: callers that still build a mapping
+            value = RunConfig.from_dict(value)
+        super().__setattr__(name, value)
+
+    @property
+    def name(self) -> str:
+        return str(self.config.label) if self.config.label else self.dir.name
+
+    @property
+    def method(self) -> str:
+        return self.config.method
+
+    @property
+    def dataset(self) -> DatasetId:
+        return self.config.dataset
+
+    @cached_property
+    def world(self) -> dict[str, Any]:
+        """The run's world record (``world.json``, or inferred from its config for runs made before it)."""
+        from quco.eval.world_file import read_world
+
+        return read_world(self.dir, self.config)
+
+    def by_id(self) -> dict[str, Record]:
+        return {r.id: r for r in self.records}
+
+    def restricted(self, ids: Sequence[str]) -> Run:
+        """The same run over the questions of ``ids`` it recorded, in the order of ``ids`` (so that two runs
+        restricted to the same ids pair question by question)."""
+        by_id = self.by_id()
+        return Run(self.dir, self.config, [by_id[i] for i in ids if i in by_id])
+
+    def values(self, metric: str) -> list[float]:
+        """Per-question values of ``em``, ``f1`` or a cost field (errored questions: 0 for scores, NaN for costs)."""
+        if metric == "em":
+            return [r.em for r in self.records]
+        if metric == "f1":
+            return [r.f1 for r in self.records]
+        return [r.costs()[metric] for r in self.records]
 
 
 def load_run(run_dir: str | Path) -> Run:
@@ -203,8 +205,8 @@ def load_run(run_dir: str | Path) -> Run:
         log.warning("%s: ignoring a torn last line (the run was killed while writing)", path / RESULTS_FILE)
     records = unique_records(scan.records, path / RESULTS_FILE)
     for rec in records:
-        if isinstance(rec.get("trace"), dict):
-            rec["trace"] = upgrade_trace(rec["trace"], config)
+        if isinstance(rec.trace, dict):
+            rec.trace = upgrade_trace(rec.trace, config.pipeline)
     return Run(path, config, records)
 
 
@@ -219,9 +221,70 @@ def load_traces(path: str | Path) -> list[dict[str, Any]]:
     results = p / RESULTS_FILE if p.is_dir() else p
     if not results.is_file():
         raise RunError(f"no results file at {results}; give a run directory or its {RESULTS_FILE}")
-    config = read_config(results.parent) if (results.parent / CONFIG_FILE).is_file() else {}
+    pipeline = read_config(results.parent).pipeline if (results.parent / CONFIG_FILE).is_file() else None
     records = unique_records(scan_results(results).records, results)
-    traces = [upgrade_trace(r["trace"], config) for r in records if isinstance(r.get("trace"), dict)]
+    traces = [upgrade_trace(r.trace, pipeline) for r in records if isinstance(r.trace, dict)]
     if not traces:
         raise RunError(f"{results} holds no traces; run an evaluation that writes them first")
     return traces
+
+
+# -- writing ------------------------------------------------------------------------------------------------
+
+
+def _json_default(value: Any) -> Any:
+    """Signals may hold numpy scalars/arrays or sets; store them as plain JSON rather than fail the run."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+def record_line(record: Record) -> str:
+    """One line of ``results.jsonl``."""
+    return json.dumps(record.to_dict(), ensure_ascii=False, default=_json_default) + "\n"
+
+
+def _fsync_write(fh: IO[str], text: str) -> None:
+    fh.write(text)
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def write_config(run_dir: Path, config: RunConfig) -> None:
+    """Replace ``config.yaml`` atomically."""
+    text = yaml.safe_dump(config.to_dict(), sort_keys=False, allow_unicode=True)
+    _atomic_write(Path(run_dir) / CONFIG_FILE, text.encode("utf-8"))
+
+
+def drop_torn_line(run_dir: Path, scan: ResultsScan) -> None:
+    """Cut a torn last line off ``results.jsonl`` (what a killed writer left)."""
+    with (Path(run_dir) / RESULTS_FILE).open("r+b") as fh:
+        fh.truncate(scan.good_bytes)
+        os.fsync(fh.fileno())
+
+
+def keep_records(run_dir: Path, scan: ResultsScan, keep: Any) -> list[Record]:
+    """Rewrite ``results.jsonl`` with the first record of each question for which ``keep(record)`` holds, each
+    line as it was read; the records kept."""
+    path = Path(run_dir) / RESULTS_FILE
+    chosen = [i for i in _first_of_each([r.id for r in scan.records], path) if keep(scan.records[i])]
+    _atomic_write(path, b"".join(scan.lines[i] for i in chosen))
+    return [scan.records[i] for i in chosen]
+
+
+@contextmanager
+def appending(run_dir: Path) -> Iterator[Any]:
+    """A function that appends a record to ``results.jsonl``, durably (flushed and fsynced) before it returns."""
+    with (Path(run_dir) / RESULTS_FILE).open("a", encoding="utf-8") as fh:
+        yield lambda record: _fsync_write(fh, record_line(record))

@@ -251,11 +251,7 @@ def compare(
 ) -> Comparison:
     """Pair two runs on the question ids both recorded (a question that raised counts as wrong)."""
     da, db = a.dataset, b.dataset
-    if (
-        da.get("sha256")
-        and db.get("sha256")
-        and (da.get("name"), da["sha256"]) != (db.get("name"), db["sha256"])
-    ):
+    if da.sha256 and db.sha256 and (da.name, da.sha256) != (db.name, db.sha256):
         raise RunError(
             f"{a.dir} and {b.dir} were run on different datasets; a paired comparison needs the same one"
         )
@@ -267,8 +263,7 @@ def compare(
         log.warning(
             "comparing on the %d questions both runs answered (of %d and %d)", len(common), len(ra), len(rb)
         )
-    pa = Run(a.dir, a.config, [ra[i] for i in common])
-    pb = Run(b.dir, b.config, [rb[i] for i in common])
+    pa, pb = a.restricted(common), b.restricted(common)
     results = {m: paired_test(pa.values(m), pb.values(m), m, n_boot=n_boot, seed=seed) for m in metrics}
     return Comparison(a.name, b.name, len(common), len(ra) - len(common), len(rb) - len(common), results)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -322,6 +322,13 @@ class Sample:
         )
 
 
+# How an evaluation answers questions concurrently with a generator of a kind: "threads" share one generator
+# (its calls overlap, as a server's do), "processes" give each worker its own (an in-process library that decodes
+# one request at a time; the model file is memory-mapped, so its weights are in memory once), "serial" answers
+# one question at a time (a backend that serialises its calls and is too large to copy into processes).
+Parallelism = Literal["threads", "processes", "serial"]
+
+
 class GeneratorBase:
     """The part of ``Generator.generate`` every backend shares; a backend implements ``_decode`` only.
 
@@ -334,6 +341,7 @@ class GeneratorBase:
     _copy_changes: dict[str, object] = {}
     # What ``analyze`` offers: "tokens" (a plain analysis), "attention", "hidden states", "scores".
     analyses: frozenset[str] = frozenset({"tokens", "attention", "hidden states", "scores"})
+    parallelism: ClassVar[Parallelism] = "threads"
     name: str
 
     def generate(

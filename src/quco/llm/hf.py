@@ -354,6 +354,7 @@ class HFGenerator(GeneratorBase):
     """A transformers causal LM on CPU (or any torch device), with all the per-token signals methods need."""
 
     name = "hf"
+    parallelism = "serial"  # generation holds a lock: one question at a time
     capabilities = frozenset(
         {
             Capability.TEXT,

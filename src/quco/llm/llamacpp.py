@@ -190,6 +190,7 @@ class LlamaCppGenerator(GeneratorBase):
     attention and hidden states of a forward pass."""
 
     name = "llamacpp"
+    parallelism = "processes"  # llama.cpp decodes one request at a time per model
     capabilities = frozenset(
         {
             Capability.TEXT,

@@ -126,6 +126,7 @@ class OpenAICompatGenerator(GeneratorBase):
     """
 
     name = "openai"
+    parallelism = "threads"  # the server takes concurrent requests
     analyses: frozenset[str] = frozenset()  # an HTTP API exposes no attention or hidden states, nor scoring
 
     def __init__(

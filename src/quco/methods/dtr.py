@@ -122,6 +122,7 @@ class DTR(Method):
     SHAPE = Shape(
         single_pass=True,
         retriever=False,
+        own_index=True,
         multi_path=True,
         needs=frozenset({Capability.TEXT, Capability.LOGPROBS}),
     )

@@ -12,27 +12,25 @@ re-checked, the queries) except the two decisions:
 
 ``match_run`` (a QuCo-RAG run) sets both to that run's rates: stage 1 per question, stage 2 per claim judged
 (flagged claims over the claims of the sentences its checks judged, from the claim records of its traces). The
-draws are ``sha256(seed, question, stage, position)``, so a run is reproducible and independent of question
+evaluation reads that run and builds the control with the rates (``quco.eval.matched``). The draws are ``sha256(seed, question, stage, position)``, so a run is reproducible and independent of question
 order.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import Field, model_validator
 
 from quco.engine.context import RunContext
-from quco.engine.method import Decision
+from quco.engine.method import Decision, Matched
 from quco.methods.quco import QuCoParams, QuCoRAG, Verdict
-from quco.signals.chance import StageRate, stage_rate, uniform_draw
+from quco.methods.random_trigger import unmatched
+from quco.signals.chance import stage_rate, uniform_draw
 from quco.trace import as_trace
 from quco.trigger_record import TriggerRecord
-
-log = logging.getLogger(__name__)
 
 
 class QuCoRandomParams(QuCoParams):
@@ -89,29 +87,22 @@ class QuCoRandom(QuCoRAG):
 
     def __init__(self, params: dict[str, Any] | None = None) -> None:
         super().__init__(params)
-        self.p1, self.p2 = self.params.p_stage1, self.params.p_claim  # replaced by a matched run's in setup
+        self.p1, self.p2 = self.params.p_stage1, self.params.p_claim
 
-    def _matched(self) -> tuple[StageRate, ClaimRate]:
-        from quco.eval.runs import load_traces  # the run-file reader; it imports nothing of the engine
+    @property
+    def match_run(self) -> str | None:
+        return self.params.match_run
 
-        traces = load_traces(self.params.match_run)
-        return stage_rate(traces, "before"), claim_rate(traces)
-
-    def matched_rates(self) -> dict[str, float] | None:
-        if not self.params.match_run:
-            return None
-        stage1, claims = self._matched()
-        return {"p_stage1": stage1.per_step, "p_claim": claims.per_claim}
+    def matched(self, traces: Sequence[Any]) -> Matched:
+        """A QuCo-RAG run's stage-1 rate per question and stage-2 rate per judged claim."""
+        stage1, claims = stage_rate(traces, "before"), claim_rate(traces)
+        return Matched(
+            {"p_stage1": stage1.per_step, "p_claim": claims.per_claim},
+            f"{stage1.fired} of {stage1.steps} questions, {claims.flagged} of {claims.claims} claims",
+        )
 
     def setup(self, parts: Any) -> None:
-        if not self.params.match_run:
-            return
-        stage1, claims = self._matched()
-        self.p1, self.p2 = stage1.per_step, claims.per_claim
-        log.info(
-            "quco-random: p_stage1 = %.4f (%d of %d questions), p_claim = %.4f (%d of %d claims) from %s",
-            self.p1, stage1.fired, stage1.steps, self.p2, claims.flagged, claims.claims, self.params.match_run,
-        )  # fmt: skip
+        unmatched(self)
 
     def before(self, question: str, ctx: RunContext) -> Decision | None:
         p = self.params

@@ -4,7 +4,8 @@ It runs the DRAGIN/FLARE structure with the signal replaced by chance: draft a c
 passages; at each candidate point (a sentence) fire with probability ``p``, or on a fixed schedule; on firing,
 keep the sentences before, retrieve, regenerate with the passages and keep the first sentence. The draws are a
 hash of (seed, question, candidate index), so a run is reproducible and independent of question order.
-``match_run`` sets ``p`` to another run's observed retrievals per candidate point, read from its results file.
+``match_run`` sets ``p`` to another run's observed retrievals per candidate point: the evaluation reads that
+run's results file and builds the control with that ``p`` (``quco.eval.matched``).
 
 With ``unit: sentence`` it runs the FLARE / black-box structure instead: draft one sentence (with the latest
 passages in the prompt), fire with probability ``p`` at each such check, retrieve with that temporary sentence
@@ -13,7 +14,7 @@ and regenerate it. This is the control for the black-box triggers: the same loop
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -21,11 +22,10 @@ from pydantic import Field, model_validator
 
 from quco.answer import has_answer
 from quco.engine.context import RunContext
-from quco.engine.method import Check, Draft, Method, MethodParams, Shape
-from quco.signals.chance import RetrievalRate, retrieval_rate, step_candidates, uniform_draw
+from quco.engine.method import Check, Draft, Matched, Method, MethodParams, Shape
+from quco.errors import ConfigError
+from quco.signals.chance import retrieval_rate, step_candidates, uniform_draw
 from quco.trigger_record import TriggerRecord
-
-log = logging.getLogger(__name__)
 
 
 class RandomParams(MethodParams):
@@ -51,6 +51,15 @@ class RandomParams(MethodParams):
         return self
 
 
+def unmatched(method: Method) -> None:
+    """Refuse to build a control whose ``match_run`` was not turned into its parameter values."""
+    if method.match_run:
+        raise ConfigError(
+            f"method '{method.name}': params.match_run ({method.match_run}) is read by `quco eval`, which builds "
+            "the control with that run's rates; elsewhere set the rates in params instead"
+        )
+
+
 class RandomTrigger(Method):
     name = "random"
     description = "Random trigger: retrieve at each sentence with probability p (cost-matched control)."
@@ -61,7 +70,7 @@ class RandomTrigger(Method):
 
     def __init__(self, params: dict[str, Any] | None = None) -> None:
         super().__init__(params)
-        self.p = self.params.p  # replaced by the matched run's rate in ``setup``
+        self.p = self.params.p
 
     @property
     def shape(self) -> Shape:
@@ -74,24 +83,17 @@ class RandomTrigger(Method):
             return min(self.params.sentence_tokens, ctx.parts.config.generation.max_new_tokens)
         return super().unit_tokens(ctx)
 
-    def _matched(self) -> RetrievalRate:
-        from quco.eval.runs import load_traces  # the run-file reader; it imports nothing of the engine
+    @property
+    def match_run(self) -> str | None:
+        return self.params.match_run
 
-        return retrieval_rate(load_traces(self.params.match_run))
-
-    def matched_rates(self) -> dict[str, float] | None:
-        return {"p": self._matched().per_candidate} if self.params.match_run else None
+    def matched(self, traces: Sequence[Any]) -> Matched:
+        """Another run's retrievals per candidate point."""
+        rate = retrieval_rate(traces)
+        return Matched({"p": rate.per_candidate}, f"{rate.questions} questions")
 
     def setup(self, parts: Any) -> None:
-        if self.params.match_run:
-            rate = self._matched()
-            self.p = rate.per_candidate
-            log.info(
-                "random trigger: p = %.4f, the retrievals per candidate point of %s (%d questions)",
-                self.p,
-                self.params.match_run,
-                rate.questions,
-            )
+        unmatched(self)
 
     @property
     def scheduled(self) -> bool:

@@ -11,35 +11,27 @@ say little about a realistic setting. The rule (docs/world.md):
 - a run's world is **pool** when any corpus its method uses is a pool, **realistic** when every corpus it
   uses is realistic or hosted, **none** when it uses no corpus, else **other**.
 
-``world.json`` in the run directory holds the corpora's fingerprints; resuming into a run whose corpora have
-changed since is refused, since one results file would then mix two worlds.
+This module describes a world; a run directory's ``world.json`` (the record, written and read with the run's
+other files) is ``quco.eval.world_file``'s.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import logging
-import os
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quco.errors import QucoError
-from quco.storage import write_text_atomic
 from quco.world.sources import ARTICLE_COUNT, ARTICLE_SHA256, POOLS
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from quco.engine.method import Shape
 
-WORLD_FILE = "world.json"
 WORLD_FORMAT = "quco-world/1"
 _ARTICLE_SHAS = frozenset(ARTICLE_SHA256.values())
 _POOL_BY_SHA = {p.sha256: p for p in POOLS.values()}
 _ORDER = {"pool": 0, "other": 1, "none": 2, "realistic": 3}
-
-
-class WorldChangedError(QucoError):
-    """A run directory was made over other corpora than the ones configured now."""
 
 
 def _file_sources(path: Path) -> list[dict[str, Any]]:
@@ -123,13 +115,10 @@ def describe_corpus(spec: Any, build: bool = True) -> dict[str, Any]:
     return rec
 
 
-def describe_world(config: Any, build: bool = True) -> dict[str, Any]:
-    """The world record of a pipeline config: both corpora (whether the method uses them) and the verdict."""
-    from quco.methods import method_class
-
-    shape = method_class(config.method)(config.params).shape
-    # DTR builds its own (dense or BM25) retrieval over the retriever's corpus, so that corpus is used too.
-    uses_retriever = shape.retriever or config.method == "dtr"
+def describe_world(config: Any, shape: Shape, build: bool = True) -> dict[str, Any]:
+    """The world record of a pipeline config run by a method of this ``shape``: both corpora (whether the
+    method uses them) and the verdict."""
+    uses_retriever = shape.retriever or shape.own_index
     uses_stats = shape.corpus_stats
     retrieval = {"used": uses_retriever, **describe_corpus(config.retriever.corpus, build and uses_retriever)}
     cs = config.corpus_stats
@@ -156,64 +145,11 @@ def describe_world(config: Any, build: bool = True) -> dict[str, Any]:
     return {"format": WORLD_FORMAT, "world": world, "retrieval": retrieval, "corpus_stats": stats}
 
 
-def record_world(run_dir: str | os.PathLike[str], config: Any) -> dict[str, Any] | None:
-    """Write ``world.json`` into a run directory; refuse if the run was made over other corpora."""
-    if config is None:  # an answer function of unknown make: nothing to record
-        return None
-    run_dir = Path(run_dir)
-    rec = describe_world(config)
-    path = run_dir / WORLD_FILE
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    rec["recorded"] = now
-    if path.is_file():
-        try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            old = {}
-        for part in ("retrieval", "corpus_stats"):
-            before = (old.get(part) or {}).get("fingerprint")
-            after = rec[part].get("fingerprint")
-            if rec[part]["used"] and before and after and before != after:
-                raise WorldChangedError(
-                    f"{run_dir} was made over another {part.replace('_', ' ')} corpus "
-                    f"({before[:12]}, now {after[:12]}): the corpus changed since; use another --out"
-                )
-        rec["recorded"] = old.get("recorded", now)
-    write_text_atomic(path, json.dumps(rec, indent=1, ensure_ascii=False))
-    if rec["world"] == "pool":
-        log.warning(
-            "this run measures in a POOL world (a corpus built from the evaluated questions' own paragraphs); "
-            "use configs/world/... for realistic results"
-        )
-    return rec
-
-
-def read_world(run_dir: str | os.PathLike[str], config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The run's world record; for runs made before it existed, inferred from their config (no fingerprints)."""
-    path = Path(run_dir) / WORLD_FILE
-    if path.is_file():
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            return {"world": "unknown", "error": f"unreadable {WORLD_FILE}: {exc}"}
-    pipeline = (config or {}).get("pipeline")
-    if not isinstance(pipeline, dict):
-        return {"world": "unknown", "note": "no pipeline config recorded"}
-    try:
-        from quco.config import PipelineConfig
-
-        rec = describe_world(PipelineConfig.model_validate(pipeline), build=False)
-    except Exception as exc:  # an old or foreign config: say so rather than fail the summary
-        return {"world": "unknown", "error": f"{type(exc).__name__}: {exc}"}
-    rec["inferred"] = True
-    return rec
-
-
-def stage_rates(records: list[dict[str, Any]]) -> dict[str, int]:
+def stage_rates(records: list[Any]) -> dict[str, int]:
     """Questions whose trace retrieved before generating (stage 1) and during generation (stage 2)."""
     n = before = during = 0
     for rec in records:
-        trace = rec.get("trace")
+        trace = rec.trace
         if not trace:
             continue
         n += 1
@@ -223,7 +159,7 @@ def stage_rates(records: list[dict[str, Any]]) -> dict[str, int]:
     return {"questions": n, "before": before, "during": during}
 
 
-def _corpus_text(rec: dict[str, Any]) -> str:
+def corpus_text(rec: dict[str, Any]) -> str:
     if not rec.get("used"):
         return f"{rec.get('corpus')} (not used)"
     bits = [str(rec.get("kind", "?")).upper()]
@@ -244,31 +180,12 @@ def _corpus_text(rec: dict[str, Any]) -> str:
     return f"{rec.get('corpus')} [{'; '.join(bits)}]"
 
 
-def world_lines(runs: list[Any]) -> list[str]:
-    """One line per run for ``quco summary``: the world, both corpora, and the stage-1/2 retrieval rates."""
-    lines = []
-    for run in runs:
-        rec = read_world(run.dir, run.config)
-        rates = stage_rates(run.records)
-        verdict = str(rec.get("world", "unknown")).upper() + (" (inferred)" if rec.get("inferred") else "")
-        parts = [f"{run.name}: world {verdict}"]
-        if "retrieval" in rec:
-            parts.append(f"retrieval {_corpus_text(rec['retrieval'])}")
-            parts.append(f"statistics {_corpus_text(rec['corpus_stats'])}")
-        if rates["questions"]:
-            parts.append(
-                f"retrieved before generating on {rates['before']}/{rates['questions']} questions, "
-                f"during generation on {rates['during']}/{rates['questions']}"
-            )
-        lines.append(" · ".join(parts))
-    return lines
-
-
 def world_html(runs: list[Any]) -> str:
-    """The report's World section: a table a reader cannot miss when a run measured in a pool."""
+    """The report's World section: a table a reader cannot miss when a run measured in a pool. A run gives
+    its name, its world record (``world``) and its records (``records``, each with its ``trace``)."""
     rows = []
-    for run in sorted(runs, key=lambda r: _ORDER.get(read_world(r.dir, r.config).get("world", ""), 1)):
-        rec = read_world(run.dir, run.config)
+    for run in sorted(runs, key=lambda r: _ORDER.get(r.world.get("world", ""), 1)):
+        rec = run.world
         rates = stage_rates(run.records)
         world = str(rec.get("world", "unknown"))
         style = " class='bad'" if world in ("pool", "unknown", "other") else " class='ok'"
@@ -276,8 +193,8 @@ def world_html(runs: list[Any]) -> str:
         rows.append(
             f"<tr><td>{html.escape(run.name)}</td><td{style}>{html.escape(world.upper())}"
             f"{' (inferred)' if rec.get('inferred') else ''}</td>"
-            f"<td>{html.escape(_corpus_text(rec.get('retrieval', {})))}</td>"
-            f"<td>{html.escape(_corpus_text(rec.get('corpus_stats', {})))}</td>"
+            f"<td>{html.escape(corpus_text(rec.get('retrieval', {})))}</td>"
+            f"<td>{html.escape(corpus_text(rec.get('corpus_stats', {})))}</td>"
             f"<td class='num'>{rates['before']}/{n}</td><td class='num'>{rates['during']}/{n}</td></tr>"
         )
     return (
@@ -288,3 +205,12 @@ def world_html(runs: list[Any]) -> str:
         "<th>statistics corpus</th><th>retrieved before generating</th><th>retrieved during generation</th>"
         f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
+
+
+def read_world(run_dir: Any, config: Any = None) -> dict[str, Any]:
+    """Transitional: a run's world record, read by ``quco.eval.world_file`` (the run directory's owner).
+
+    Kept for callers that have not moved to ``Run.world``; it imports upwards, so it goes with them."""
+    from quco.eval.world_file import read_world as read
+
+    return read(run_dir, config)

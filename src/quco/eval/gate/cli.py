@@ -136,12 +136,12 @@ def frontier_cli(
     ids = set(data.between(*ev).ids)
     methods = {}
     for label, run_dir in _named(method or [], "--method"):
-        recs = [r for r in load_run(run_dir).records if str(r["id"]) in ids and r.get("trace")]
+        recs = [r for r in load_run(run_dir).records if r.id in ids and r.trace]
         if len(recs) != len(ids):
             raise QucoError(f"{run_dir} answered {len(recs)} of the {len(ids)} evaluated questions")
-        em = sum(float(r.get("em") or 0) for r in recs) / len(recs)
-        f1 = sum(float(r.get("f1") or 0) for r in recs) / len(recs)
-        retrievals = sum(float(r["trace"]["counters"].get("retrievals", 0)) for r in recs) / len(recs)
+        em = sum(r.em for r in recs) / len(recs)
+        f1 = sum(r.f1 for r in recs) / len(recs)
+        retrievals = sum(r.costs()["retrievals"] for r in recs) / len(recs)
         methods[label] = (em, f1, retrievals)
     gates = [(label, GateModel.load(path)) for label, path in _named(gate or [], "--gate")]
     report = build_report(

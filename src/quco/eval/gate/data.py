@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from quco.engine.loop import REPROMPT_ROLE
-from quco.eval.runs import Run, RunError, load_run, record_costs
+from quco.eval.runs import Record, Run, RunError, load_run
 
 # The costs a gate's answer adds up: LLM calls and tokens of every role, retrievals, corpus queries.
 COSTS = ("llm_calls", "main_llm_calls", "tokens", "prompt_tokens", "retrievals", "corpus_queries")
@@ -104,13 +104,13 @@ def _gate_step(trace: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def _closed_cost(rec: dict[str, Any], families: dict[str, Any], *, reprompt: bool = True) -> dict[str, float]:
+def _closed_cost(rec: Record, families: dict[str, Any], *, reprompt: bool = True) -> dict[str, float]:
     """The closed-book answer's own cost: the run's costs without those of computing the features (and without
     the answer re-prompt when ``reprompt`` is False)."""
-    cost = record_costs(rec)
+    cost = rec.costs()
     out = {k: cost[k] for k in COSTS}
     if not reprompt:
-        counters = rec["trace"].get("counters", {})
+        counters = (rec.trace or {}).get("counters", {})
         out["llm_calls"] -= counters.get("llm_calls", {}).get(REPROMPT_ROLE, 0)
         out["tokens"] -= counters.get("generated_tokens", {}).get(REPROMPT_ROLE, 0)
         out["prompt_tokens"] -= counters.get("prompt_tokens", {}).get(REPROMPT_ROLE, 0)
@@ -125,10 +125,8 @@ def _closed_cost(rec: dict[str, Any], families: dict[str, Any], *, reprompt: boo
 
 def _check_same_questions(closed: Run, opened: Run) -> None:
     a, b = closed.dataset, opened.dataset
-    if a.get("name") != b.get("name") or (a.get("sha256") and b.get("sha256") and a["sha256"] != b["sha256"]):
-        raise RunError(
-            f"{closed.dir} and {opened.dir} answer different datasets ({a.get('name')} vs {b.get('name')})"
-        )
+    if not a.same_file(b):
+        raise RunError(f"{closed.dir} and {opened.dir} answer different datasets ({a.name} vs {b.name})")
 
 
 def _merged(dirs: Sequence[str | Path]) -> Run:
@@ -144,8 +142,8 @@ def _merged(dirs: Sequence[str | Path]) -> Run:
             raise RunError(f"{run.dir} is a '{run.method}' run, {first.dir} a '{first.method}' run")
         _check_same_questions(first, run)
         for rec in run.records:
-            if str(rec["id"]) not in seen:
-                seen.add(str(rec["id"]))
+            if rec.id not in seen:
+                seen.add(rec.id)
                 records.append(rec)
     return Run(first.dir, first.config, records)
 
@@ -159,21 +157,21 @@ def load_gate_data(closed_dirs: Sequence[str | Path], open_dirs: Sequence[str | 
             f"{closed.dir} is a '{closed.method}' run; the closed-book side is a 'gate' run with fire: never "
             "(configs/world/DATASET/gate.yaml), whose traces hold the features"
         )
-    fire = ((closed.config.get("pipeline") or {}).get("params") or {}).get("fire", "never")
+    fire = closed.config.params.get("fire", "never")
     if fire != "never":
         raise RunError(f"{closed.dir} ran the gate with fire: {fire}; the closed-book side needs fire: never")
     other = opened.by_id()
     ids, index, rows = [], [], []
     for rec in closed.records:
-        o = other.get(str(rec["id"]))
-        if o is None or not rec.get("trace") or not o.get("trace"):
+        o = other.get(rec.id)
+        if o is None or not rec.trace or not o.trace:
             continue
-        ids.append(str(rec["id"]))
-        index.append(int(rec.get("index", len(index))))
+        ids.append(rec.id)
+        index.append(rec.index)
         rows.append((rec, o))
     if not rows:
         raise RunError(f"{closed.dir} and {opened.dir} have no answered question in common")
-    families: list[dict[str, Any]] = [_gate_step(r["trace"]).get("families", {}) for r, _ in rows]
+    families: list[dict[str, Any]] = [_gate_step(r.trace or {}).get("families", {}) for r, _ in rows]
     names = sorted({name for fams in families for name in fams if isinstance(fams.get(name), dict)})
     family_cost = {
         name: {
@@ -184,19 +182,19 @@ def load_gate_data(closed_dirs: Sequence[str | Path], open_dirs: Sequence[str | 
     }
     closed_costs = [_closed_cost(r, f) for (r, _), f in zip(rows, families, strict=True)]
     draft_costs = [_closed_cost(r, f, reprompt=False) for (r, _), f in zip(rows, families, strict=True)]
-    open_costs = [record_costs(o) for _, o in rows]
+    open_costs = [o.costs() for _, o in rows]
     return GateData(
         ids=ids,
         index=np.array(index, dtype=int),
-        closed_em=np.array([float(r.get("em") or 0) for r, _ in rows]),
-        closed_f1=np.array([float(r.get("f1") or 0) for r, _ in rows]),
-        open_em=np.array([float(o.get("em") or 0) for _, o in rows]),
-        open_f1=np.array([float(o.get("f1") or 0) for _, o in rows]),
+        closed_em=np.array([r.em for r, _ in rows]),
+        closed_f1=np.array([r.f1 for r, _ in rows]),
+        open_em=np.array([o.em for _, o in rows]),
+        open_f1=np.array([o.f1 for _, o in rows]),
         closed_cost={k: np.array([c[k] for c in closed_costs]) for k in COSTS},
         open_cost={k: np.array([c[k] for c in open_costs]) for k in COSTS},
         draft_cost={k: np.array([c[k] for c in draft_costs]) for k in COSTS},
         family_cost=family_cost,
-        features=[dict(_gate_step(r["trace"]).get("features", {})) for r, _ in rows],
+        features=[dict(_gate_step(r.trace or {}).get("features", {})) for r, _ in rows],
         closed_name=closed.name,
         open_name=opened.name,
     )

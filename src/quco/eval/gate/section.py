@@ -33,14 +33,14 @@ def _points(ds: DatasetPlan, results: Sequence[Any], ids: set[str]) -> dict[str,
     for r in results:
         if r.dataset is not ds or r.status != "complete" or r.run is None:
             continue
-        recs = [x for x in r.run.records if str(x["id"]) in ids and x.get("trace")]
+        recs = [x for x in r.run.records if x.id in ids and x.trace]
         if len(recs) != len(ids):
             continue  # a subset row (SeaKR's 50) is not on the same questions
         n = len(recs)
-        retrievals = sum(float(x["trace"]["counters"].get("retrievals", 0)) for x in recs) / n
+        retrievals = sum(x.costs()["retrievals"] for x in recs) / n
         out[r.row.name] = (
-            sum(float(x.get("em") or 0) for x in recs) / n,
-            sum(float(x.get("f1") or 0) for x in recs) / n,
+            sum(x.em for x in recs) / n,
+            sum(x.f1 for x in recs) / n,
             retrievals,
         )
     return out
