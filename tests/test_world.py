@@ -426,7 +426,7 @@ def test_summary_and_report_show_the_world(hotpot_pool_path, tmp_path):
     (line,) = world_file.world_lines([run])
     assert line.startswith("pool-run: world POOL") and "before generating on 2/2" in line
     assert "hotpotqa pool" in line and "holds the gold" in line
-    html = guard.world_html([run])
+    html = world_file.world_html([run])
     assert "<h2>World</h2>" in html and "POOL" in html
     # a run without a record: inferred from its config, and marked as such
     legacy = Run(tmp_path / "nothing", RunConfig.from_dict({"pipeline": cfg.model_dump(mode="json")}), [])

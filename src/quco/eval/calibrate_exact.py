@@ -195,18 +195,6 @@ def _strip(pipeline: dict[str, Any], param: str) -> dict[str, Any]:
     return out
 
 
-def _differences(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
-    keys = sorted(set(a) | set(b))
-    out: list[str] = []
-    for k in keys:
-        va, vb = a.get(k), b.get(k)
-        if isinstance(va, dict) and isinstance(vb, dict):
-            out += _differences(va, vb, f"{prefix}{k}.")
-        elif va != vb:
-            out.append(f"{prefix}{k}")
-    return out
-
-
 def _decision(trace: dict[str, Any], param: str) -> TriggerRecord | None:
     """The question's pre-generation record for ``param``; an error when the param decides during generation."""
     found = None
@@ -242,6 +230,7 @@ def fires(question: Question, threshold: float, rule: str) -> bool:
 def collect(run_dirs: Sequence[str | Path], param: str) -> tuple[list[Question], str, list[str], str]:
     """Every question of the runs with its score and the outcomes recorded for it; the rule; disagreements;
     the dataset's name."""
+    from quco.eval.records import differences
     from quco.eval.runs import load_run
 
     if len(run_dirs) < 1:
@@ -251,7 +240,7 @@ def collect(run_dirs: Sequence[str | Path], param: str) -> tuple[list[Question],
     runs = [load_run(d) for d in run_dirs]
     base = _strip(runs[0].config.pipeline or {}, param)
     for run in runs[1:]:
-        diff = _differences(base, _strip(run.config.pipeline or {}, param))
+        diff = differences(base, _strip(run.config.pipeline or {}, param))
         if diff:
             raise QucoError(
                 f"{run.dir} was recorded with another configuration than {runs[0].dir} "

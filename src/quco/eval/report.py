@@ -30,7 +30,7 @@ from quco.eval.analysis import (
 )
 from quco.eval.runs import Run, load_run
 from quco.eval.stats import Interval, compare, summarize
-from quco.world.guard import world_html
+from quco.eval.world_file import world_html
 
 log = logging.getLogger(__name__)
 

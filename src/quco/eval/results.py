@@ -34,6 +34,7 @@ from quco.eval.gate.section import markdown_lines as gate_markdown
 from quco.eval.plan import DatasetPlan, Plan, PlanError, Row, check_config_notes
 from quco.eval.runs import CONFIG_FILE, Run, load_run
 from quco.eval.stats import Comparison, Interval, compare, summarize
+from quco.storage import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -358,7 +359,7 @@ def _compare(a: RowResult | None, b: RowResult, n_boot: int) -> Comparison | Non
 def _check_config(plan: Plan, ds: DatasetPlan, row: Row, run: Run, res: RowResult) -> None:
     """Note (never hide) a run whose recorded pipeline is not what the plan's row resolves to now."""
     from quco.config import load_config, parse_override
-    from quco.eval.runner import _differences
+    from quco.eval.records import differences
 
     recorded = run.config.get("pipeline")
     if not isinstance(recorded, dict) or row.config is None:
@@ -370,7 +371,7 @@ def _check_config(plan: Plan, ds: DatasetPlan, row: Row, run: Run, res: RowResul
     except QucoError as exc:
         res.problem = f"cannot resolve the row's config to check its run: {exc}"
         return
-    diffs = _differences(recorded, expected)
+    diffs = differences(recorded, expected)
     if diffs:
         shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
         res.problem = f"its run was made with another config than the plan's row resolves to now ({shown})"
@@ -378,7 +379,7 @@ def _check_config(plan: Plan, ds: DatasetPlan, row: Row, run: Run, res: RowResul
 
 def collect(plan: Plan, n_boot: int = 10_000) -> list[RowResult]:
     """Read every row's run (only the questions the plan evaluates for it) and compute its statistics."""
-    from quco.world.guard import read_world
+    from quco.eval.world_file import read_world
 
     results: list[RowResult] = []
     for ds in plan.datasets:
@@ -584,10 +585,7 @@ def _splice(path: Path, block: str, begin: str, end: str, new_file: str) -> Path
         text = text[:start] + block.rstrip("\n") + text[stop + len(end) :]
     else:
         text = new_file + block
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, text)
     return path
 
 

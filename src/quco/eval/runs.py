@@ -23,6 +23,7 @@ import yaml
 
 from quco.errors import QucoError
 from quco.eval.records import COST_FIELDS, DatasetId, Record, RunConfig
+from quco.storage import write_bytes_atomic
 
 log = logging.getLogger(__name__)
 
@@ -252,19 +253,10 @@ def _fsync_write(fh: IO[str], text: str) -> None:
     os.fsync(fh.fileno())
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def write_config(run_dir: Path, config: RunConfig) -> None:
     """Replace ``config.yaml`` atomically."""
     text = yaml.safe_dump(config.to_dict(), sort_keys=False, allow_unicode=True)
-    _atomic_write(Path(run_dir) / CONFIG_FILE, text.encode("utf-8"))
+    write_bytes_atomic(Path(run_dir) / CONFIG_FILE, text.encode("utf-8"))
 
 
 def drop_torn_line(run_dir: Path, scan: ResultsScan) -> None:
@@ -279,7 +271,7 @@ def keep_records(run_dir: Path, scan: ResultsScan, keep: Any) -> list[Record]:
     line as it was read; the records kept."""
     path = Path(run_dir) / RESULTS_FILE
     chosen = [i for i in _first_of_each([r.id for r in scan.records], path) if keep(scan.records[i])]
-    _atomic_write(path, b"".join(scan.lines[i] for i in chosen))
+    write_bytes_atomic(path, b"".join(scan.lines[i] for i in chosen))
     return [scan.records[i] for i in chosen]
 
 

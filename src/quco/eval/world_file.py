@@ -7,6 +7,7 @@ config (no fingerprints, never building a missing haystack).
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import os
@@ -28,6 +29,10 @@ WORLD_FILE = "world.json"
 
 class WorldChangedError(QucoError):
     """A run directory was made over other corpora than the ones configured now."""
+
+
+# The order runs are listed in: pool worlds first, realistic last.
+_ORDER = {"pool": 0, "other": 1, "none": 2, "realistic": 3}
 
 
 def describe(config: PipelineConfig, build: bool = True) -> dict[str, Any]:
@@ -108,3 +113,30 @@ def world_lines(runs: list[Any]) -> list[str]:
             )
         lines.append(" · ".join(parts))
     return lines
+
+
+def world_html(runs: list[Any]) -> str:
+    """The report's World section: a table a reader cannot miss when a run measured in a pool. A run gives
+    its name, its world record (``world``) and its records (``records``, each with its ``trace``)."""
+    rows = []
+    for run in sorted(runs, key=lambda r: _ORDER.get(r.world.get("world", ""), 1)):
+        rec = run.world
+        rates = stage_rates(run.records)
+        world = str(rec.get("world", "unknown"))
+        style = " class='bad'" if world in ("pool", "unknown", "other") else " class='ok'"
+        n = rates["questions"]
+        rows.append(
+            f"<tr><td>{html.escape(run.name)}</td><td{style}>{html.escape(world.upper())}"
+            f"{' (inferred)' if rec.get('inferred') else ''}</td>"
+            f"<td>{html.escape(corpus_text(rec.get('retrieval', {})))}</td>"
+            f"<td>{html.escape(corpus_text(rec.get('corpus_stats', {})))}</td>"
+            f"<td class='num'>{rates['before']}/{n}</td><td class='num'>{rates['during']}/{n}</td></tr>"
+        )
+    return (
+        "<h2>World</h2><p class='muted'>Which corpora each run retrieved from and counted in. POOL: a corpus "
+        "built from dataset questions' own paragraphs (the question is a near-oracle query, every entity is "
+        "rare); REALISTIC: the Wikipedia articles (haystack or statistics), a pool at most mixed in as "
+        "needles. See docs/world.md.</p><table><thead><tr><th>run</th><th>world</th><th>retrieval corpus</th>"
+        "<th>statistics corpus</th><th>retrieved before generating</th><th>retrieved during generation</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )

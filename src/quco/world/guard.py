@@ -17,7 +17,6 @@ other files) is ``quco.eval.world_file``'s.
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,12 +30,11 @@ if TYPE_CHECKING:
 WORLD_FORMAT = "quco-world/1"
 _ARTICLE_SHAS = frozenset(ARTICLE_SHA256.values())
 _POOL_BY_SHA = {p.sha256: p for p in POOLS.values()}
-_ORDER = {"pool": 0, "other": 1, "none": 2, "realistic": 3}
 
 
 def _file_sources(path: Path) -> list[dict[str, Any]]:
     """What one corpus file is made of: a haystack lists its sources; other files are identified by sha256."""
-    from quco.retrieval.corpus import file_sha256
+    from quco.storage import file_sha256
 
     manifest = path.parent / "manifest.json"
     if manifest.is_file():
@@ -54,7 +52,7 @@ def _file_sources(path: Path) -> list[dict[str, Any]]:
                 }
                 for s in data["sources"]
             ]
-    sha = file_sha256(path)
+    sha = file_sha256(path, remember=True)
     if sha in _ARTICLE_SHAS:
         return [{"role": "articles", "sha256": sha, "dataset": None}]
     if sha in _POOL_BY_SHA:
@@ -75,7 +73,8 @@ def classify(sources: list[dict[str, Any]]) -> str:
 
 def describe_corpus(spec: Any, build: bool = True) -> dict[str, Any]:
     """Kind, fingerprint and make-up of a corpus spec. ``build=False`` never builds a missing haystack."""
-    from quco.retrieval.corpus import HAYSTACK, CorpusSet, resolve_corpus
+    from quco.retrieval.corpus import CorpusSet
+    from quco.world.corpora import HAYSTACK, resolve_corpus
 
     rec: dict[str, Any] = {"corpus": spec}
     if not build and isinstance(spec, str) and spec.startswith(HAYSTACK):
@@ -178,39 +177,3 @@ def corpus_text(rec: dict[str, Any]) -> str:
     if rec.get("note") or rec.get("error"):
         bits.append(str(rec.get("note") or rec.get("error")))
     return f"{rec.get('corpus')} [{'; '.join(bits)}]"
-
-
-def world_html(runs: list[Any]) -> str:
-    """The report's World section: a table a reader cannot miss when a run measured in a pool. A run gives
-    its name, its world record (``world``) and its records (``records``, each with its ``trace``)."""
-    rows = []
-    for run in sorted(runs, key=lambda r: _ORDER.get(r.world.get("world", ""), 1)):
-        rec = run.world
-        rates = stage_rates(run.records)
-        world = str(rec.get("world", "unknown"))
-        style = " class='bad'" if world in ("pool", "unknown", "other") else " class='ok'"
-        n = rates["questions"]
-        rows.append(
-            f"<tr><td>{html.escape(run.name)}</td><td{style}>{html.escape(world.upper())}"
-            f"{' (inferred)' if rec.get('inferred') else ''}</td>"
-            f"<td>{html.escape(corpus_text(rec.get('retrieval', {})))}</td>"
-            f"<td>{html.escape(corpus_text(rec.get('corpus_stats', {})))}</td>"
-            f"<td class='num'>{rates['before']}/{n}</td><td class='num'>{rates['during']}/{n}</td></tr>"
-        )
-    return (
-        "<h2>World</h2><p class='muted'>Which corpora each run retrieved from and counted in. POOL: a corpus "
-        "built from dataset questions' own paragraphs (the question is a near-oracle query, every entity is "
-        "rare); REALISTIC: the Wikipedia articles (haystack or statistics), a pool at most mixed in as "
-        "needles. See docs/world.md.</p><table><thead><tr><th>run</th><th>world</th><th>retrieval corpus</th>"
-        "<th>statistics corpus</th><th>retrieved before generating</th><th>retrieved during generation</th>"
-        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-    )
-
-
-def read_world(run_dir: Any, config: Any = None) -> dict[str, Any]:
-    """Transitional: a run's world record, read by ``quco.eval.world_file`` (the run directory's owner).
-
-    Kept for callers that have not moved to ``Run.world``; it imports upwards, so it goes with them."""
-    from quco.eval.world_file import read_world as read
-
-    return read(run_dir, config)
