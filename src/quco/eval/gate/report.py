@@ -195,6 +195,15 @@ def _at(p: Point, r: RandomGate) -> str:
 Table = tuple[list[str], list[list[str]]]
 
 
+def _curve_key(row: GateRow) -> tuple:
+    """What makes a row's frontier: a fitted model's parameters (the same model at several thresholds draws one
+    curve), or the row's own name."""
+    m = row.model if row.kind == "fitted" else None
+    if m is None:
+        return (row.name,)
+    return (tuple(m.features), tuple(m.coef), m.intercept, m.direction)
+
+
 def blocks(report: FrontierReport) -> list[str | Table]:
     """The report as paragraphs and tables (head, rows), for Markdown and HTML alike."""
     out: list[str | Table] = []
@@ -218,10 +227,8 @@ def blocks(report: FrontierReport) -> list[str | Table]:
     )
     shown: set[tuple] = set()
     for row in report.rows:
-        if (
-            row.kind == "fitted" and row.model is not None
-        ):  # one frontier per fitted model, whatever its threshold
-            key = (tuple(row.model.features), tuple(row.model.coef), row.model.intercept, row.model.direction)
+        if row.kind == "fitted":  # one frontier per fitted model, whatever its threshold
+            key = _curve_key(row)
             if key in shown:
                 continue
             shown.add(key)
@@ -380,9 +387,7 @@ def figure(report: FrontierReport, path: str | Path, lines_for: Sequence[str] | 
     for row in report.rows:
         if row.name not in chosen and row.kind != "fitted":
             continue
-        key = (row.name,)
-        if row.kind == "fitted" and row.model is not None:
-            key = (tuple(row.model.features), tuple(row.model.coef), row.model.intercept)
+        key = _curve_key(row)
         if key not in colors:
             style = {"lw": 2.2} if row.kind == "fitted" else {"lw": 1.1, "alpha": 0.9}
             label = (
