@@ -35,7 +35,6 @@ from quco.retrieval.base import Passage
 from quco.signals import (
     aggregate,
     entropy_differences,
-    first_crossing,
     rind_values,
     sentence_values,
     smooth_second_order,
@@ -43,7 +42,7 @@ from quco.signals import (
 from quco.signals.chance import retrieval_rate, uniform_draw
 from quco.signals.replay import replay
 from quco.trace import Trace
-from quco.trigger_record import step_fired_at
+from quco.trigger_record import first_crossing, step_fired_at
 
 pytestmark = pytest.mark.model
 

@@ -12,12 +12,9 @@ from quco.corpus_stats.base import CountResult
 from quco.errors import QucoError
 from quco.eval.runs import load_traces
 from quco.signals import (
-    TriggerRecord,
     aggregate,
-    crosses,
     eigen_score,
     entropy_differences,
-    first_crossing,
     forward_attention,
     masked_text,
     max_attention_received,
@@ -33,7 +30,7 @@ from quco.signals.corpus import Claim, claim_records, count_value, entity_rarity
 from quco.signals.replay import replay, sweep, trace_params
 from quco.signals.spans import assign, group_words, locate, token_positions, token_spans
 from quco.signals.trend import word_attention
-from quco.trigger_record import consulted, step_fired_at
+from quco.trigger_record import TriggerRecord, consulted, crosses, first_crossing, step_fired_at
 
 # -- FLARE ------------------------------------------------------------------------------------------------
 
