@@ -44,8 +44,8 @@ from typing import Any
 import httpx
 
 from quco.config import PipelineConfig, load_config
-from quco.eval.runner import EvalOptions, Questions, run_eval
-from quco.eval.runs import RESULTS_FILE
+from quco.eval.run.runner import EvalOptions, Questions, run_eval
+from quco.eval.runs.store import RESULTS_FILE
 from quco.llm.models import model_path
 from quco.model_catalog import known_model
 

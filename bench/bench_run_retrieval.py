@@ -28,8 +28,8 @@ import argparse
 from pathlib import Path
 
 from quco.datasets import load_dataset
-from quco.eval.runs import Record, Run, load_run
-from quco.eval.stats import paired_test
+from quco.eval.runs.store import Record, Run, load_run
+from quco.eval.score.stats import paired_test
 from quco.paths import data_dir
 from quco.retrieval.corpus import CorpusSource
 from quco.trace import as_trace

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from quco.eval.detection import MIN_GROUP
-from quco.eval.runs import Run, load_run
-from quco.eval.stats import auroc, group_difference, proportion_difference
+from quco.eval.runs.store import Run, load_run
+from quco.eval.score.detection import MIN_GROUP
+from quco.eval.score.stats import auroc, group_difference, proportion_difference
 from quco.trace import as_trace
 
 

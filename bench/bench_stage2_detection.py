@@ -4,7 +4,7 @@ Usage: python bench/bench_stage2_detection.py --run RUN_DIR [--run RUN_DIR ...] 
            [--fractions 0.0625,0.125,0.25,0.5,1]
 
 Reads each recorded QuCo-RAG run (``quco eval`` output) and takes every question's first draft judged during
-generation, scored as the final answer is (``quco.eval.detection``). It splits the draft into sentences up to
+generation, scored as the final answer is (``quco.eval.score.detection``). It splits the draft into sentences up to
 the one that states the answer, extracts each sentence's claims with the config's extractor, and counts in the
 config's statistics index each claim's head, tail and head/tail co-occurrence. Then it re-judges the draft
 under each rule (a draft fires when any of its claims does) and prints, per rule, the drafts it fires on, how
@@ -45,9 +45,9 @@ from quco.corpus_stats import build_corpus_stats
 from quco.corpus_stats.base import CorpusStats
 from quco.corpus_stats.build import build_local_index
 from quco.corpus_stats.local import LocalInfiniGram
-from quco.eval.detection import MIN_GROUP, first_draft_checks
-from quco.eval.runs import load_run
-from quco.eval.stats import auroc, proportion_difference
+from quco.eval.runs.store import load_run
+from quco.eval.score.detection import MIN_GROUP, first_draft_checks
+from quco.eval.score.stats import auroc, proportion_difference
 from quco.text import build_text
 from quco.trace import as_trace
 from quco.world.corpora import resolve_corpus

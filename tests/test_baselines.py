@@ -26,9 +26,9 @@ import quco.pipeline
 from quco.config import GeneratorConfig, load_config
 from quco.engine.loop import join_text
 from quco.errors import CapabilityError, ConfigError
-from quco.eval.matched import matched_config
-from quco.eval.records import Record
-from quco.eval.runs import load_traces
+from quco.eval.run.matched import matched_config
+from quco.eval.runs.records import Record
+from quco.eval.runs.store import load_traces
 from quco.llm.base import Analysis, Capability, Generation
 from quco.pipeline import Pipeline, shared_generator
 from quco.retrieval.base import Passage
@@ -472,7 +472,7 @@ def test_quco_random_control_differs_from_quco_only_in_decisions(build: Any, hot
     both fire on the same sentences, so everything but the decisions' evidence must be the same: drafts, the
     claims judged, the queries (one per flagged claim, question + head + relation), passages, regenerations,
     kept text, answer, LLM calls and tokens, retrievals. Only QuCo-RAG looks counts up."""
-    from quco.eval.identity import compare_question
+    from quco.eval.score.identity import compare_question
 
     options = {"stage1": False, "sentence_query": "question_head_relation", "stage2_passages": "merge"}
     quco = build("quco", options | {"cooccurrence_threshold": math.inf, "head_threshold": math.inf})

@@ -381,7 +381,7 @@ def test_judge_asks_each_ordered_pair_of_distinct_samples_once():
 
 
 def test_threshold_for_rate_with_ties():
-    from quco.eval.calibrate import fire_rate, threshold_for_rate
+    from quco.eval.calibrate.search import fire_rate, threshold_for_rate
 
     scores = [1.0, 1.0, 2.0, 3.0]  # NumSemSets-like: integer scores with ties
     assert threshold_for_rate(scores, 0.5) == 1.0 and fire_rate(scores, 1.0) == 0.5
@@ -397,7 +397,7 @@ def test_threshold_for_rate_with_ties():
 
 def test_check_score_of_recorded_triggers():
     from quco.errors import QucoError
-    from quco.eval.calibrate import check_score, fire_rate, threshold_for_rate
+    from quco.eval.calibrate.search import check_score, fire_rate, threshold_for_rate
     from quco.trigger_record import TriggerRecord
 
     def rec(rule: str, scores: list) -> TriggerRecord:
@@ -418,7 +418,7 @@ def test_check_score_of_recorded_triggers():
 
 
 def test_best_candidate_prefers_em_then_fewer_retrievals():
-    from quco.eval.calibrate import Candidate, best_candidate
+    from quco.eval.calibrate.search import Candidate, best_candidate
 
     cands = [
         Candidate(2.0, em=0.30, retrieval_rate=0.2, retrievals_per_question=1.0, llm_calls_per_question=40),
@@ -430,7 +430,7 @@ def test_best_candidate_prefers_em_then_fewer_retrievals():
 
 def test_write_threshold_keeps_the_config_and_its_comments(tmp_path: Path):
     from quco.config import load_config
-    from quco.eval.calibrate import write_threshold
+    from quco.eval.calibrate.search import write_threshold
 
     src = Path(__file__).resolve().parents[1] / "configs" / "blackbox" / "eccentricity-jaccard.yaml"
     path = tmp_path / "ecc.yaml"
@@ -666,7 +666,7 @@ def test_loop_end_to_end_on_two_hotpotqa_questions(pipe, hotpot_rows: list[dict]
 
 @pytest.mark.model
 def test_calibrate_on_a_question_writes_the_threshold(pipe, hotpot_rows: list[dict], tmp_path: Path):
-    from quco.eval.calibrate import calibrate, fire_rate, write_threshold
+    from quco.eval.calibrate.search import calibrate, fire_rate, write_threshold
 
     _use(pipe, estimator="eig_val_laplacian", similarity="jaccard", threshold=1.5)
     result = calibrate(pipe, "hotpotqa", offset=0, limit=1, target="rate", rate=0.5)
@@ -684,7 +684,7 @@ def test_calibrate_on_a_question_writes_the_threshold(pipe, hotpot_rows: list[di
 def test_calibrate_command_rejects_bad_input_in_one_line(tmp_path: Path):
     from typer.testing import CliRunner
 
-    from quco.eval.calibrate import calibrate_app
+    from quco.eval.cli.calibrate import calibrate_app
 
     config = tmp_path / "c.yaml"
     config.write_text("method: blackbox\n", encoding="utf-8")
@@ -701,8 +701,8 @@ def test_calibrate_command_rejects_bad_input_in_one_line(tmp_path: Path):
 def test_calibrate_from_a_recorded_pass_matches_fresh_passes(pipe, tmp_path: Path):
     """One never-retrieving pass with recorded samples calibrates every estimator as its own pass would."""
     from quco.errors import QucoError
-    from quco.eval.calibrate import calibrate, scores_from_run
-    from quco.eval.runner import EvalOptions, Questions, run_eval
+    from quco.eval.calibrate.search import calibrate, scores_from_run
+    from quco.eval.run.runner import EvalOptions, Questions, run_eval
 
     _use(pipe, estimator="eig_val_laplacian", similarity="jaccard", threshold=math.inf)
     run_dir = tmp_path / "pass"
@@ -722,7 +722,8 @@ def test_calibrate_from_a_recorded_pass_matches_fresh_passes(pipe, tmp_path: Pat
     from typer.testing import CliRunner
 
     from quco.config import load_config
-    from quco.eval.calibrate import calibrate_app, threshold_for_rate
+    from quco.eval.calibrate.search import threshold_for_rate
+    from quco.eval.cli.calibrate import calibrate_app
 
     _use(pipe, estimator="eig_val_laplacian", similarity="jaccard", threshold=math.inf)
     second = tmp_path / "pass-2"

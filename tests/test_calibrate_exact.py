@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 from quco.cli import app
 from quco.config import load_config
 from quco.errors import QucoError
-from quco.eval.calibrate_exact import calibrate_from_runs
-from quco.eval.runner import EvalOptions, Questions, run_eval
-from quco.eval.runs import load_run
+from quco.eval.calibrate.exact import calibrate_from_runs
+from quco.eval.run.runner import EvalOptions, Questions, run_eval
+from quco.eval.runs.store import load_run
 from test_engine import ScriptedGenerator, build_real_parts, make_pipeline
 
 N = 6
@@ -132,7 +132,7 @@ def test_the_command_prints_every_threshold_and_writes_the_best(runs, tmp_path: 
 
 
 def _cand(threshold: float, fired: int, em: float, retrievals: float = 1.0):  # noqa: ANN202
-    from quco.eval.calibrate_exact import ExactCandidate
+    from quco.eval.calibrate.exact import ExactCandidate
 
     return ExactCandidate(threshold, fired, True, em, em, retrievals, 1.0)
 
@@ -144,7 +144,7 @@ def _shape(c) -> str:  # noqa: ANN001
 def test_a_change_of_the_rules_shape_needs_three_questions_in_a_hundred() -> None:
     """The HotpotQA calibration's numbers: always firing won by 1 question of 100 over the best split (EM 26 against
     25), so the split is kept and the report says so; by 5 questions, always firing would stand."""
-    from quco.eval.calibrate_exact import margin
+    from quco.eval.calibrate.exact import margin
 
     split, later_split = _cand(7470.2, 75, 0.25, 1.36), _cand(284881, 99, 0.25, 1.55)
     never = _cand(0, 0, 0.20, 0.96)

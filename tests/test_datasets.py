@@ -118,7 +118,7 @@ def test_pubmedqa_keeps_all_three_labels(data: Path) -> None:
 
 
 def test_builtin_pubmedqa_exemplars_are_our_own_and_end_in_a_label(data: Path) -> None:
-    from quco.eval.metrics import normalize_answer, score_prediction
+    from quco.eval.score.metrics import normalize_answer, score_prediction
     from quco.prompts import load_exemplars
 
     exemplars = load_exemplars("builtin:pubmedqa")

@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 
 from quco.cli import app
 from quco.datasets import load_dataset
-from quco.eval.detection import detection, detection_cells, first_draft_checks
-from quco.eval.runner import EvalOptions, Questions, run_eval
-from quco.eval.runs import load_run
-from quco.eval.stats import auroc, group_difference, proportion_difference, wilson_interval
+from quco.eval.run.runner import EvalOptions, Questions, run_eval
+from quco.eval.runs.store import load_run
+from quco.eval.score.detection import detection, detection_cells, first_draft_checks
+from quco.eval.score.stats import auroc, group_difference, proportion_difference, wilson_interval
 from quco.trace import Step, Trace
 from quco.trigger_record import TriggerRecord
 

@@ -15,10 +15,10 @@ import pytest
 
 from quco.config import load_config
 from quco.datasets import load_dataset
-from quco.eval.metrics import score_prediction
-from quco.eval.report import write_report
-from quco.eval.runner import EvalOptions, Questions, run_eval
-from quco.eval.runs import RESULTS_FILE, load_run
+from quco.eval.render.report import write_report
+from quco.eval.run.runner import EvalOptions, Questions, run_eval
+from quco.eval.runs.store import RESULTS_FILE, load_run
+from quco.eval.score.metrics import score_prediction
 
 pytestmark = pytest.mark.model
 
@@ -123,7 +123,7 @@ def test_reprompt_from_recorded_traces_equals_a_fresh_reprompted_run(
     tmp_path: Path, overrides: dict[str, Any]
 ) -> None:
     from quco.errors import QucoError
-    from quco.eval.runs import RunError
+    from quco.eval.runs.store import RunError
 
     short = {**overrides, "generation.max_new_tokens": 4}  # too short to state an answer: all re-prompted
     cfg = load_config(CONFIGS / "hotpotqa/wo-rag.yaml", overrides=short)

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from quco.config import load_config
-from quco.eval.executors import WorkerError
-from quco.eval.runner import EvalOptions, Questions, run_eval
-from quco.eval.runs import RESULTS_FILE
+from quco.eval.run.executors import WorkerError
+from quco.eval.run.runner import EvalOptions, Questions, run_eval
+from quco.eval.runs.store import RESULTS_FILE
 from quco.machine import usable_cores
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 
 from quco.datasets import load_dataset
-from quco.eval.report import write_report
-from quco.eval.runner import EvalOptions, Questions, run_eval
+from quco.eval.render.report import write_report
+from quco.eval.run.runner import EvalOptions, Questions, run_eval
 from quco.signals.corpus import entity_rarity
 from quco.trace import RetrievedRef, Step, Trace
 from quco.trigger_record import TriggerRecord

@@ -23,9 +23,9 @@ import pytest
 
 from quco.config import load_config
 from quco.datasets import load_dataset
-from quco.eval.metrics import score_prediction
-from quco.eval.runner import EvalOptions, Questions, run_eval
-from quco.eval.runs import RESULTS_FILE, RunError, load_run, scan_results
+from quco.eval.run.runner import EvalOptions, Questions, run_eval
+from quco.eval.runs.store import RESULTS_FILE, RunError, load_run, scan_results
+from quco.eval.score.metrics import score_prediction
 from quco.machine import cpu_name
 from quco.paths import data_dir
 from quco.trace import Step, Trace
@@ -405,7 +405,7 @@ def test_a_matched_control_records_its_rates_and_a_changed_matched_run_changes_i
 ) -> None:
     """A random control takes its firing rates from a matched run when it starts. Those rates are part of its
     run's identity, so a control resumed after the matched run grew (other rates) is refused, not mixed."""
-    from quco.eval.target import resolve_target
+    from quco.eval.run.target import resolve_target
     from quco.trigger_record import TriggerRecord
 
     def matched_answer(question: str) -> Trace:  # stage 1 fires on every other question (by a hash)

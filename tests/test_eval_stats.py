@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from quco.errors import QucoError
-from quco.eval.analysis import (
+from quco.eval.runs.records import Record, RunConfig
+from quco.eval.runs.store import Run
+from quco.eval.score.analysis import (
     claim_flag_rates,
     efficiency_points,
     em_by_cost,
@@ -22,9 +24,7 @@ from quco.eval.analysis import (
     trigger_scores,
     trigger_sweep,
 )
-from quco.eval.records import Record, RunConfig
-from quco.eval.runs import Run
-from quco.eval.stats import bootstrap_ci, compare, paired_test, permutation_p_value, summarize
+from quco.eval.score.stats import bootstrap_ci, compare, paired_test, permutation_p_value, summarize
 from quco.signals.corpus import Claim, claim_records, entity_rarity
 from quco.trigger_record import TriggerRecord
 

@@ -19,7 +19,7 @@ from quco.answer import PUBLISHED, STRICT, cut_prediction, extract_answer, wants
 from quco.config import load_config
 from quco.engine.context import RunContext
 from quco.errors import ConfigError
-from quco.eval.matched import matched_config
+from quco.eval.run.matched import matched_config
 from quco.llm.base import Generation
 from quco.methods import method_class
 from quco.methods.quco import CHATTY_PHRASES, NEGATION_PHRASES, QuCoRAG
@@ -132,8 +132,8 @@ def test_published_protocol_reprompts_a_missing_answer_as_a_counted_step(real_pa
 
 def test_runner_defaults_to_the_published_protocol_on_its_datasets(tmp_path: Path) -> None:
     from quco.errors import QucoError
-    from quco.eval.runner import EvalOptions, Questions, run_eval
-    from quco.eval.runs import load_run
+    from quco.eval.run.runner import EvalOptions, Questions, run_eval
+    from quco.eval.runs.store import load_run
 
     cfg = load_config(CONFIGS / "hotpotqa/sr-rag.yaml")
     run_eval(cfg, "hotpotqa", Questions(limit=0), EvalOptions(out_dir=tmp_path / "h", progress=False))
@@ -305,7 +305,7 @@ def test_nested_timers_count_each_second_once(real_parts, monkeypatch: pytest.Mo
 
 
 def test_calibrate_quco_stage_one_from_its_records(real_parts, tmp_path: Path) -> None:
-    from quco.eval.calibrate import calibrate, fire_rate, write_threshold
+    from quco.eval.calibrate.search import calibrate, fire_rate, write_threshold
 
     pipe, _ = make_pipeline(real_parts, "quco", ["So the answer is yes."] * 2)
     result = calibrate(pipe, "hotpotqa", offset=0, limit=2, target="rate", rate=0.5, param="entity_threshold")

@@ -19,9 +19,9 @@ from quco.errors import ConfigError, QucoError
 from quco.eval.gate.data import COSTS, GateData, load_gate_data
 from quco.eval.gate.fit import logistic_gate, signal_gate
 from quco.eval.gate.frontier import at_budget, fire_at, frontier, oracle, point, random_gate, threshold_for
-from quco.eval.gate.report import build_report, figure, markdown
-from quco.eval.runner import EvalOptions, Questions, run_eval
-from quco.eval.runs import load_run
+from quco.eval.render.gate import build_report, figure, markdown
+from quco.eval.run.runner import EvalOptions, Questions, run_eval
+from quco.eval.runs.store import load_run
 from quco.methods import method_class
 from quco.methods.gate import FEATURES, question_features
 from quco.signals.gate_model import GateModel
@@ -281,8 +281,8 @@ def test_a_fitted_gate_run_live_takes_the_decisions_the_frontier_predicted(
 
 @pytest.mark.model
 def test_the_results_table_draws_each_datasets_frontier(runs: dict[str, Path], tmp_path: Path) -> None:
-    from quco.eval.gate.section import gate_sections, html_parts, markdown_lines
-    from quco.eval.plan import Plan
+    from quco.eval.campaign.plan import Plan
+    from quco.eval.render.gate_section import gate_sections, html_parts, markdown_lines
 
     gate_file = tmp_path / "g.json"
     GateModel("signal", ["question_words"], threshold=10.0).save(gate_file)

@@ -362,7 +362,7 @@ class Block(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Block())
 import tempfile
 from pathlib import Path
-import quco.cli, quco.pipeline, quco.llm.hf, quco.eval.runner, quco.render  # the modules quco ask / demo use
+import quco.cli, quco.pipeline, quco.llm.hf, quco.eval.run.runner, quco.render  # the modules quco ask / demo use
 from quco.corpus_stats.build import build_local_index
 from quco.corpus_stats.local import LocalInfiniGram
 from quco.corpus_stats.tokenizer import load_tokenizer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quco.eval.metrics import (
+from quco.eval.score.metrics import (
     exact_match,
     extract_2wiki,
     extract_answer,

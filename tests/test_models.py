@@ -225,7 +225,7 @@ def test_the_evaluation_model_is_described_honestly() -> None:
 
 def test_eval_configs_run_every_method_on_the_evaluation_model() -> None:
     """configs/eval/<dataset>/: each method on the evaluation model (llamacpp; hf where attention is needed)."""
-    from quco.eval.cli import infer_dataset
+    from quco.eval.run.command import infer_dataset
     from quco.methods import method_class
 
     root = Path(__file__).resolve().parents[1] / "configs" / "eval"
@@ -307,8 +307,8 @@ def test_a_run_recorded_under_the_earlier_name_resumes_under_the_new_one(tmp_pat
 
     import yaml
 
-    from quco.eval.runner import EvalOptions, Questions, run_eval
-    from quco.eval.runs import RunError, read_config
+    from quco.eval.run.runner import EvalOptions, Questions, run_eval
+    from quco.eval.runs.store import RunError, read_config
 
     root = Path(__file__).resolve().parents[1]
     recorded = root / "results" / "headline" / "hotpotqa" / "wo-rag"

@@ -1,8 +1,9 @@
 """The results table of a plan: its rules (calibration questions apart from evaluated ones), the headline plan,
-and the table written from recorded runs (statuses, intervals and paired tests equal to quco.eval.stats')."""
+and the table written from recorded runs (statuses, intervals and paired tests equal to quco.eval.score.stats')."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import statistics
@@ -12,12 +13,14 @@ import pytest
 import yaml
 
 from quco.datasets import load_dataset
-from quco.eval.detection import first_draft_checks
-from quco.eval.plan import PlanError, load_plan
-from quco.eval.results import BEGIN, END, SUMMARY_BEGIN, SUMMARY_END, collect, machine_cell, run_plan, table
-from quco.eval.runner import EvalOptions, Questions, run_eval
-from quco.eval.runs import load_run
-from quco.eval.stats import compare, summarize
+from quco.eval.campaign.plan import PlanError, load_plan
+from quco.eval.campaign.results import collect, machine_cell, run_plan
+from quco.eval.render.results import BEGIN, END, SUMMARY_BEGIN, SUMMARY_END, table
+from quco.eval.run.runner import EvalOptions, Questions, run_eval
+from quco.eval.runs.records import Record
+from quco.eval.runs.store import load_run
+from quco.eval.score.detection import first_draft_checks
+from quco.eval.score.stats import compare, summarize
 from quco.machine import cpu_name
 from quco.trace import RetrievedRef, Step, Trace
 
@@ -108,7 +111,7 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
 def test_a_dataset_that_re_prompts_runs_every_row_with_the_re_prompt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from quco.eval import results
+    from quco.eval.campaign import results
 
     seen: list[dict] = []
 
@@ -152,7 +155,7 @@ def test_the_cli_prints_the_headline_plan_and_refuses_a_broken_one(
 
 
 def test_a_calibrated_copy_is_reused_only_for_the_same_source_overrides_and_targets(tmp_path: Path) -> None:
-    from quco.eval.results import calibrated_config
+    from quco.eval.campaign.results import calibrated_config
 
     source = tmp_path / "quco.yaml"
     source.write_text((ROOT / "configs/hotpotqa/quco.yaml").read_text(encoding="utf-8"), encoding="utf-8")
@@ -166,7 +169,7 @@ def test_a_calibrated_copy_is_reused_only_for_the_same_source_overrides_and_targ
     made = source.read_text(encoding="utf-8").replace(
         "entity_threshold: 100000", f"entity_threshold: 7.0  # {note}"
     )
-    from quco.eval.results import _calibration_header
+    from quco.eval.campaign.results import _calibration_header
 
     copy.write_text(_calibration_header(plan, ds, row_) + made, encoding="utf-8")
     assert calibrated_config(plan, ds, row_) == copy  # reused: no model is loaded
@@ -276,22 +279,25 @@ def test_table_from_recorded_runs(tmp_path: Path) -> None:
 
 
 def test_the_machine_cell_reads_the_recorded_load_and_cpu_seconds() -> None:
-    old = [{"seconds": 90.0}, {"seconds": 110.0}]  # recorded before loads and CPU seconds were kept
+    old = [
+        Record("a", seconds=90.0),
+        Record("b", seconds=110.0),
+    ]  # recorded before loads and CPU seconds were kept
     assert machine_cell(old) == "—"
     recs = old + [
-        {"seconds": 100.0, "cpu_seconds": 180.0, "load": 2.1},
-        {"seconds": 300.0, "cpu_seconds": 120.0, "load": 4.6},  # waited: wall far above CPU
-        {"seconds": 120.0, "cpu_seconds": None, "load": 1.9},  # answered on a thread beside others
+        Record("c", seconds=100.0, cpu_seconds=180.0, load=2.1),
+        Record("d", seconds=300.0, cpu_seconds=120.0, load=4.6),  # waited: wall far above CPU
+        Record("e", seconds=120.0, cpu_seconds=None, load=1.9),  # answered on a thread beside others
     ]
     assert machine_cell(recs) == (
         "load 2.1 (max 4.6); CPU 150.0 s/q, wall 200.0 s/q (medians); 3 of 5 questions"
     )
     # the processor each question recorded: one for the whole row, or each with its questions
     zen = "AMD EPYC (family 23, model 1; AVX2)"
-    same = [{**r, "cpu": zen} for r in recs[2:]]
+    same = [dataclasses.replace(r, cpu=zen) for r in recs[2:]]
     assert machine_cell(same).endswith(f"; 3 of 3 questions; on {zen}")
-    mixed = [*recs[2:], {"seconds": 40.0, "cpu_seconds": 70.0, "load": 1.8, "cpu": zen}]
-    mixed += [{"seconds": 600.0, "cpu_seconds": 400.0, "load": 2.0, "cpu": zen}]
+    mixed = [*recs[2:], Record("f", seconds=40.0, cpu_seconds=70.0, load=1.8, cpu=zen)]
+    mixed += [Record("g", seconds=600.0, cpu_seconds=400.0, load=2.0, cpu=zen)]
     assert machine_cell(mixed).endswith(
         f"; 5 of 5 questions; on {zen}: 2 q, CPU 235.0 s/q; not recorded: 3 q"
     )
@@ -336,7 +342,7 @@ def test_status_counts_rows_and_estimates_the_hours_left(tmp_path: Path) -> None
     from typer.testing import CliRunner
 
     from quco.cli import app
-    from quco.eval.results_status import plan_status
+    from quco.eval.campaign.status import plan_status
 
     def rows() -> list[dict]:
         return [
@@ -404,7 +410,7 @@ def test_status_counts_rows_and_estimates_the_hours_left(tmp_path: Path) -> None
 def test_status_paces_a_row_by_the_questions_this_processor_answered(tmp_path: Path) -> None:
     """Seconds from another processor mislead the estimate: once a row has HERE_MIN questions answered on the
     processor the estimate is for, their median alone is its pace, and a namesake paced there is preferred."""
-    from quco.eval.results_status import HERE_MIN, plan_status, render_status
+    from quco.eval.campaign.status import HERE_MIN, plan_status, render_status
 
     spec = _plan(tmp_path, [{"name": "sr-rag", "config": SR}])
     spec["datasets"].append({"name": "2wikimultihopqa", "offset": 0, "limit": N,
@@ -551,10 +557,10 @@ def test_the_committed_headline_runs_keep_their_identity() -> None:
     chance per judged sentence (p_stage2), which the per-claim chance replaced: it must be run again, and its
     identity says so."""
     from quco.config import load_config, parse_override
-    from quco.eval.records import differences
-    from quco.eval.results import row_overrides
-    from quco.eval.runs import read_config
-    from quco.eval.target import pipeline_identity
+    from quco.eval.campaign.results import row_overrides
+    from quco.eval.run.target import pipeline_identity
+    from quco.eval.runs.records import differences
+    from quco.eval.runs.store import read_config
 
     plan = load_plan(ROOT / "configs/results/headline.yaml")
     checked = 0

@@ -15,12 +15,12 @@ import yaml
 
 from quco.answer import STRICT
 from quco.datasets import load_dataset
-from quco.eval.answering import Answerer
-from quco.eval.executors import InlineExecutor, ProcessExecutor, ThreadExecutor, choose_executor
-from quco.eval.records import SELECTION_KEYS, RunConfig, config_hash
-from quco.eval.runner import EvalOptions, Questions, run_eval
-from quco.eval.runs import CONFIG_FILE, RESULTS_FILE, keep_records, load_run, scan_results
-from quco.eval.target import resolve_target
+from quco.eval.run.answering import Answerer
+from quco.eval.run.executors import InlineExecutor, ProcessExecutor, ThreadExecutor, choose_executor
+from quco.eval.run.runner import EvalOptions, Questions, run_eval
+from quco.eval.run.target import resolve_target
+from quco.eval.runs.records import SELECTION_KEYS, RunConfig, config_hash
+from quco.eval.runs.store import CONFIG_FILE, RESULTS_FILE, keep_records, load_run, scan_results
 from quco.llm.hf import HFGenerator
 from quco.llm.llamacpp import LlamaCppGenerator
 from quco.llm.openai_compat import OpenAICompatGenerator
@@ -130,7 +130,7 @@ def test_records_and_configs_read_back_as_written_with_attributes(tmp_path: Path
 
 
 def test_a_torn_last_line_is_skipped_and_a_corrupt_line_elsewhere_is_an_error(tmp_path: Path) -> None:
-    from quco.eval.runs import RunError
+    from quco.eval.runs.store import RunError
 
     _write_run(tmp_path / "torn", [OLD_RECORD, ERRORED], tail='{"id": "q3", "ind')
     scan = scan_results(tmp_path / "torn" / RESULTS_FILE)

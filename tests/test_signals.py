@@ -10,7 +10,7 @@ import pytest
 
 from quco.corpus_stats.base import CountResult
 from quco.errors import QucoError
-from quco.eval.runs import load_traces
+from quco.eval.runs.store import load_traces
 from quco.signals import (
     aggregate,
     eigen_score,

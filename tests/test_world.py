@@ -21,7 +21,7 @@ from quco.corpus_stats.local import LocalInfiniGram
 from quco.corpus_stats.tokenizer import load_tokenizer
 from quco.corpus_stats.verify import IndexScan, positions, window_rule, window_same_document
 from quco.errors import CorpusFormatError
-from quco.eval import world_file
+from quco.eval.runs import world_file
 from quco.retrieval import BM25Retriever, CorpusReport, CorpusSource, corpus_docs
 from quco.retrieval.bm25 import ensure_index
 from quco.retrieval.corpus import CorpusSet
@@ -413,8 +413,8 @@ def test_run_records_its_world_and_refuses_a_changed_corpus(hotpot_pool_path, po
 
 
 def test_summary_and_report_show_the_world(hotpot_pool_path, tmp_path):
-    from quco.eval.records import Record, RunConfig
-    from quco.eval.runs import Run
+    from quco.eval.runs.records import Record, RunConfig
+    from quco.eval.runs.store import Run
 
     cfg = load_config(None, overrides={"method": "sr-rag", "retriever.corpus": str(hotpot_pool_path)})
     world_file.record_world(tmp_path, cfg)
@@ -502,7 +502,7 @@ def assert_published_stage2(params: dict) -> None:
 def assert_calibrated_outside_evaluation(path: Path) -> None:
     """A calibrated stage-1 threshold names its split, and the split is outside every evaluated range (0-199)."""
     line = next(x for x in path.read_text(encoding="utf-8").splitlines() if "entity_threshold:" in x)
-    from quco.eval.plan import CALIBRATED_NOTE
+    from quco.eval.campaign.plan import CALIBRATED_NOTE
 
     note = CALIBRATED_NOTE.search(line)
     assert note, line
@@ -572,7 +572,7 @@ def test_every_pool_config_has_a_world_twin(dataset):
 
 
 def test_pubmedqa_world_configs_carry_the_hotpotqa_settings_with_pubmedqa_corpora_and_exemplars():
-    from quco.eval.cli import infer_dataset
+    from quco.eval.run.command import infer_dataset
     from quco.methods import method_class
 
     root = Path(__file__).resolve().parents[1] / "configs" / "world"

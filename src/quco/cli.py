@@ -31,8 +31,8 @@ app.add_typer(serve_app, name="serve")
 
 def _mount_optional() -> None:
     """Commands that live with their subsystems (evaluation, calibration)."""
-    from quco.eval.calibrate import calibrate_command
-    from quco.eval.cli import eval_app
+    from quco.eval.cli.calibrate import calibrate_command
+    from quco.eval.cli.commands import eval_app
     from quco.serve.cli import api as serve_api
 
     app.add_typer(eval_app)
@@ -43,11 +43,11 @@ def _mount_optional() -> None:
 
     app.add_typer(models_app, name="models")
 
-    from quco.eval.results_cli import results_app  # `quco results run|table PLAN`: the results table
+    from quco.eval.cli.results import results_app  # `quco results run|table PLAN`: the results table
 
     app.add_typer(results_app, name="results")
 
-    from quco.eval.gate.cli import gate_app  # `quco gate fit|frontier`: retrieval gates at equal cost
+    from quco.eval.cli.gate import gate_app  # `quco gate fit|frontier`: retrieval gates at equal cost
 
     app.add_typer(gate_app, name="gate")
 

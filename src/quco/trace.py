@@ -2,7 +2,7 @@
 
 Field names are part of the public format (``TRACE_VERSION``); tools read traces written by older runs,
 so rename nothing without bumping the version. Version 2 moved every decision's scores into typed trigger
-records (``Step.triggers``); ``quco.eval.legacy`` reads version-1 traces into that form.
+records (``Step.triggers``); ``quco.eval.runs.legacy`` reads version-1 traces into that form.
 """
 
 from __future__ import annotations

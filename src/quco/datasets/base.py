@@ -33,7 +33,7 @@ class Example:
     answers: list[str]
     kind: Kind = "span"
     meta: dict[str, Any] = field(default_factory=dict)
-    dataset: str = "jsonl"  # selects the answer-extraction rule (quco.eval.metrics)
+    dataset: str = "jsonl"  # selects the answer-extraction rule (quco.eval.score.metrics)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -216,7 +216,7 @@ class Method:
         """A recorded run whose rates this method takes (a control's ``params.match_run``), or None.
 
         The method never reads it: the evaluation reads that run, turns it into parameter values with
-        ``matched`` and builds the method with them (``quco.eval.matched``); the values enter the run's identity,
+        ``matched`` and builds the method with them (``quco.eval.run.matched``); the values enter the run's identity,
         so a run does not resume with other rates after the matched run has changed."""
         return None
 

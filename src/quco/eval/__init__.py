@@ -1,11 +1,11 @@
 """Evaluation: faithful metrics, resumable runs, confidence intervals, paired tests, analyses and reports."""
 
-from quco.eval.detection import Detection, detection
-from quco.eval.metrics import exact_match, extract_answer, f1_score, normalize_answer, score_prediction
-from quco.eval.records import Record, RunConfig
-from quco.eval.runner import EvalOptions, Questions, RunSummary, run_eval
-from quco.eval.runs import Run, load_run
-from quco.eval.stats import (
+from quco.eval.run.runner import EvalOptions, Questions, RunSummary, run_eval
+from quco.eval.runs.records import Record, RunConfig
+from quco.eval.runs.store import Run, load_run
+from quco.eval.score.detection import Detection, detection
+from quco.eval.score.metrics import exact_match, extract_answer, f1_score, normalize_answer, score_prediction
+from quco.eval.score.stats import (
     Comparison,
     Interval,
     PairedResult,
@@ -44,7 +44,7 @@ __all__ = [
 
 def __getattr__(name: str):  # noqa: ANN202 - matplotlib is only imported when a report is written
     if name == "write_report":
-        from quco.eval.report import write_report
+        from quco.eval.render.report import write_report
 
         return write_report
     raise AttributeError(name)

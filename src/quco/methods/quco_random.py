@@ -12,7 +12,7 @@ re-checked, the queries) except the two decisions:
 
 ``match_run`` (a QuCo-RAG run) sets both to that run's rates: stage 1 per question, stage 2 per claim judged
 (flagged claims over the claims of the sentences its checks judged, from the claim records of its traces). The
-evaluation reads that run and builds the control with the rates (``quco.eval.matched``). The draws are ``sha256(seed, question, stage, position)``, so a run is reproducible and independent of question
+evaluation reads that run and builds the control with the rates (``quco.eval.run.matched``). The draws are ``sha256(seed, question, stage, position)``, so a run is reproducible and independent of question
 order.
 """
 

@@ -5,7 +5,7 @@ passages; at each candidate point (a sentence) fire with probability ``p``, or o
 keep the sentences before, retrieve, regenerate with the passages and keep the first sentence. The draws are a
 hash of (seed, question, candidate index), so a run is reproducible and independent of question order.
 ``match_run`` sets ``p`` to another run's observed retrievals per candidate point: the evaluation reads that
-run's results file and builds the control with that ``p`` (``quco.eval.matched``).
+run's results file and builds the control with that ``p`` (``quco.eval.run.matched``).
 
 With ``unit: sentence`` it runs the FLARE / black-box structure instead: draft one sentence (with the latest
 passages in the prompt), fire with probability ``p`` at each such check, retrieve with that temporary sentence

@@ -3,7 +3,7 @@
 A "fewer retrievals, similar accuracy" claim needs a control that retrieves just as often at random
 points. The draws are a hash of (seed, question, candidate index): reproducible, and independent of the
 order in which questions are answered or of how many run in parallel. The rates are computed from the typed
-trigger records of traces; reading a run's files is ``quco.eval.runs``'s job.
+trigger records of traces; reading a run's files is ``quco.eval.runs.store``'s job.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ say little about a realistic setting. The rule (docs/world.md):
   uses is realistic or hosted, **none** when it uses no corpus, else **other**.
 
 This module describes a world; a run directory's ``world.json`` (the record, written and read with the run's
-other files) is ``quco.eval.world_file``'s.
+other files) is ``quco.eval.runs.world_file``'s.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from quco.engine.loop import REPROMPT_ROLE
-from quco.eval.runs import Record, Run, RunError, load_run
+from quco.eval.runs.store import Record, Run, RunError, load_run
 
 # The costs a gate's answer adds up: LLM calls and tokens of every role, retrievals, corpus queries.
 COSTS = ("llm_calls", "main_llm_calls", "tokens", "prompt_tokens", "retrievals", "corpus_queries")

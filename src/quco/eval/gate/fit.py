@@ -17,7 +17,7 @@ import numpy as np
 from quco.errors import QucoError
 from quco.eval.gate.data import GateData
 from quco.eval.gate.frontier import threshold_for
-from quco.eval.stats import auc_value
+from quco.eval.score.stats import auc_value
 from quco.signals.gate_model import GateModel
 
 Target = Literal["helps", "wrong"]

@@ -1,39 +1,26 @@
-"""The results table of a plan (``quco.eval.plan``): run every row, then tabulate whatever has been recorded.
-
-``run_plan`` runs or resumes each row's ``quco eval`` in plan order, one row at a time: a row already complete
-costs nothing, an interrupted one continues where it stopped, a row that fails is reported and the next one
-runs. A matched random control waits until the row it matches is complete (its firing rates are read from
-that run). A row that calibrates a threshold first writes a calibrated copy of its config beside its run
-directory, chosen on the dataset's calibration questions only.
-
-``collect`` reads every row's run (restricted to the plan's questions) and computes, with ``quco.eval.stats``,
-each row's EM/F1 with 95% intervals, the paired tests against the baseline and the control rows, and the
-costs; ``write_markdown`` and ``write_html`` render them, and ``write_reports`` writes one full
-``quco report`` per dataset.
+"""The results table of a plan, rendered: Markdown between markers in docs/results.md, the README's short
+summary with one figure per dataset, the HTML page, and one ``quco report`` per dataset. ``table`` collects
+whatever has been recorded (``quco.eval.campaign.results.collect``) and writes all of them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import html
 import logging
-import shlex
-import statistics
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from quco.errors import QucoError
-from quco.eval.cli import FIRING_COLUMNS, SUMMARY_COLUMNS, eval_command, firing_rates, format_rate
-from quco.eval.detection import DETECTION_HEAD, Detection, detection, detection_cells
-from quco.eval.gate.section import GateSection, gate_sections, image_html
-from quco.eval.gate.section import html_parts as gate_html
-from quco.eval.gate.section import markdown_lines as gate_markdown
-from quco.eval.plan import DatasetPlan, Plan, PlanError, Row, check_config_notes
-from quco.eval.runs import CONFIG_FILE, Run, load_run
-from quco.eval.stats import Comparison, Interval, compare, summarize
+from quco.eval.campaign.plan import DatasetPlan, Plan
+from quco.eval.campaign.results import COST_COLUMNS, SCORE_COLUMNS, RowResult, collect, machine_cell
+from quco.eval.render.gate_section import GateSection, gate_sections, image_html
+from quco.eval.render.gate_section import html_parts as gate_html
+from quco.eval.render.gate_section import markdown_lines as gate_markdown
+from quco.eval.score.detection import DETECTION_HEAD, detection_cells
+from quco.eval.score.stats import Comparison, Interval
+from quco.eval.score.summary import FIRING_COLUMNS, format_rate
 from quco.storage import write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -44,383 +31,6 @@ SUMMARY_BEGIN = (
     "<!-- results-summary:begin (written by `quco results table`; edit the text outside these markers) -->"
 )
 SUMMARY_END = "<!-- results-summary:end -->"
-
-# The table's columns are `quco summary`'s, with the digits and scale each is printed with.
-_FORMAT = {
-    "em": (1, 100.0),
-    "f1": (1, 100.0),
-    "retrievals": (2, 1.0),
-    "main_llm_calls": (2, 1.0),
-    "llm_calls": (2, 1.0),
-}
-SCORE_COLUMNS = tuple((f, h, *_FORMAT[f]) for f, h in SUMMARY_COLUMNS if f in ("em", "f1"))
-COST_COLUMNS = tuple((f, h, *_FORMAT.get(f, (1, 1.0))) for f, h in SUMMARY_COLUMNS if f not in ("em", "f1"))
-
-
-# -- running ----------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RowRun:
-    """What ``run_plan`` did with one row."""
-
-    dataset: str
-    row: str
-    action: str  # "ran", "skipped", "failed", "planned" (dry run)
-    detail: str = ""
-    command: str = ""
-
-
-def selected_rows(plan: Plan, datasets: Sequence[str], rows: Sequence[str]) -> list[tuple[DatasetPlan, Row]]:
-    known_ds = {ds.name for ds in plan.datasets}
-    for name in datasets:
-        if name not in known_ds:
-            raise PlanError(f"the plan has no dataset '{name}' (it has {', '.join(sorted(known_ds))})")
-    known_rows = {row.name for _, row in plan.rows()}
-    for name in rows:
-        if name not in known_rows:
-            raise PlanError(f"the plan has no row '{name}'")
-    return [
-        (ds, row)
-        for ds, row in plan.rows()
-        if (not datasets or ds.name in datasets) and (not rows or row.name in rows)
-    ]
-
-
-def planned_ids(ds: DatasetPlan, row: Row | None = None) -> list[str]:
-    """The ids of the questions a row evaluates (the dataset's span, or its first ``row.limit``)."""
-    from quco.datasets import load_dataset
-
-    span = ds.row_span(row) if row is not None else ds.span
-    return [ex.id for ex in load_dataset(ds.name, limit=span.limit, offset=span.offset)]
-
-
-def row_progress(plan: Plan, ds: DatasetPlan, row: Row) -> tuple[int, int]:
-    """(questions recorded, questions planned) of a row."""
-    ids = planned_ids(ds, row)
-    run_dir = plan.run_dir(ds, row)
-    if not (run_dir / CONFIG_FILE).is_file():
-        return 0, len(ids)
-    recorded = {str(r["id"]) for r in load_run(run_dir).records}
-    return sum(1 for i in ids if i in recorded), len(ids)
-
-
-def row_overrides(plan: Plan, ds: DatasetPlan, row: Row) -> list[str]:
-    """The row's `--set` overrides: the plan's, the row's, and the matched run for a random control."""
-    sets = list(plan.set) + list(row.set)
-    if row.match is not None:
-        sets.append(f"params.match_run={plan.run_dir(ds, ds.row(row.match))}")
-    return sets
-
-
-def eval_argv(plan: Plan, ds: DatasetPlan, row: Row, config: Path) -> list[str]:
-    """The `quco eval` command that runs (or resumes) a row."""
-    span = ds.row_span(row)
-    argv = ["quco", "eval", "--config", str(config), "--dataset", ds.name]
-    argv += ["--offset", str(span.offset), "--limit", str(span.limit), "--out", str(plan.run_dir(ds, row))]
-    argv += ["--label", row.title]
-    if ds.reprompt:
-        argv.append("--reprompt")
-    if plan.workers is not None:
-        argv += ["--workers", str(plan.workers)]
-    for s in row_overrides(plan, ds, row):
-        argv += ["--set", s]
-    return argv
-
-
-def _calibration_header(plan: Plan, ds: DatasetPlan, row: Row) -> str:
-    """The first line of a calibrated copy: what it was made from, so a changed source or plan is noticed."""
-    assert row.config is not None and ds.calibration is not None
-    source = hashlib.sha256(Path(row.config).read_bytes()).hexdigest()[:16]
-    specs = "; ".join(f"{c.param} {c.target} {c.rate:g}" for c in row.calibrate)
-    inputs = hashlib.sha256("\n".join([*row_overrides(plan, ds, row), specs]).encode("utf-8")).hexdigest()[
-        :16
-    ]
-    return (
-        f"# calibrated copy of {row.config} (sha256 {source}), overrides and targets {inputs}: "
-        f"{specs} on {ds.name} questions {ds.calibration.offset}:{ds.calibration.end}\n"
-    )
-
-
-def calibrated_config(plan: Plan, ds: DatasetPlan, row: Row, progress: bool = True) -> Path:
-    """The row's config with its thresholds calibrated on the dataset's calibration questions (made once).
-
-    The copy starts with a header naming its source config (with its sha256), the row's overrides and the
-    calibration targets; a copy made from anything else is refused rather than silently reused.
-    """
-    from quco.config import parse_override
-    from quco.eval.calibrate import calibrate, write_threshold
-
-    assert row.config is not None and ds.calibration is not None  # checked when the plan was loaded
-    dest = plan.calibrated_config(ds, row)
-    header = _calibration_header(plan, ds, row)
-    if dest.is_file():
-        first = dest.read_text(encoding="utf-8").split("\n", 1)[0] + "\n"
-        if first != header:
-            raise PlanError(
-                f"{dest} was calibrated from another config, other overrides or other targets than the row "
-                "now has; delete it (and the row's run, made with it) to calibrate again"
-            )
-        check_config_notes(dest, ds, f"{ds.name}/{row.name}")
-        return dest
-    cal = ds.calibration
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.write_text(header + Path(row.config).read_text(encoding="utf-8"), encoding="utf-8")
-    overrides = dict(parse_override(s) for s in row_overrides(plan, ds, row))
-    try:
-        for spec in row.calibrate:
-            log.info("%s/%s: calibrating %s on questions %s", ds.name, row.name, spec.param, cal)
-            result = calibrate(
-                tmp, ds.name, cal.offset, cal.limit, spec.target, spec.rate,
-                overrides=overrides, progress=progress, param=spec.param,
-            )  # fmt: skip
-            goal = f"rate {spec.rate:g}" if spec.target == "rate" else "best EM"
-            note = (
-                f"calibrated: {goal} on {ds.name} questions {cal.offset}:{cal.end} "
-                f"({datetime.now(UTC).date().isoformat()})"
-            )
-            write_threshold(tmp, result.threshold, note, result.param)
-        tmp.replace(dest)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return dest
-
-
-def _dry_run(plan: Plan, ds: DatasetPlan, row: Row, waiting: str) -> RowRun:
-    """The row's command, after checking that its config resolves with its overrides (nothing is built)."""
-    from quco.config import load_config, parse_override
-
-    assert row.config is not None
-    config = plan.calibrated_config(ds, row) if row.calibrate else Path(row.config)
-    try:
-        load_config(row.config, overrides=dict(parse_override(s) for s in row_overrides(plan, ds, row)))
-    except QucoError as exc:
-        return RowRun(ds.name, row.name, "failed", f"the config does not resolve: {exc}")
-    cmd = shlex.join(eval_argv(plan, ds, row, config))
-    if row.calibrate and not config.is_file():
-        cmd = f"(after calibrating {', '.join(c.param for c in row.calibrate)}) {cmd}"
-    if waiting:
-        cmd = f"(after '{row.match}' completes) {cmd}"
-    return RowRun(ds.name, row.name, "planned", command=cmd)
-
-
-def run_plan(
-    plan: Plan,
-    datasets: Sequence[str] = (),
-    rows: Sequence[str] = (),
-    dry_run: bool = False,
-    progress: bool = True,
-    echo: Callable[[str], None] = log.info,
-) -> list[RowRun]:
-    """Run or resume every selected row in plan order; a failing row is reported and the next one runs."""
-
-    done: list[RowRun] = []
-    for ds, row in selected_rows(plan, datasets, rows):
-        if row.config is None:
-            why = "no config" + (" (see the dataset's note)" if ds.note and not row.note else "")
-            why += f": {row.note}" if row.note else ""
-            done.append(RowRun(ds.name, row.name, "skipped", why))
-            echo(f"{ds.name}/{row.name}: skipped, {why}")
-            continue
-        waiting = ""
-        if row.match is not None:
-            have, want = row_progress(plan, ds, ds.row(row.match))
-            if have < want:
-                waiting = f"waits for '{row.match}' to complete ({have}/{want} questions)"
-                if not dry_run:
-                    done.append(RowRun(ds.name, row.name, "skipped", waiting))
-                    echo(f"{ds.name}/{row.name}: {waiting}")
-                    continue
-        if dry_run:
-            done.append(_dry_run(plan, ds, row, waiting))
-            echo(
-                done[-1].command
-                if done[-1].action == "planned"
-                else f"{ds.name}/{row.name}: {done[-1].detail}"
-            )
-            continue
-        try:
-            config = calibrated_config(plan, ds, row, progress) if row.calibrate else Path(row.config)
-            span = ds.row_span(row)
-            cmd = shlex.join(eval_argv(plan, ds, row, config))
-            echo(f"{ds.name}/{row.name}: {cmd}")
-            summary = eval_command(
-                config, ds.name, span.limit, span.offset, plan.run_dir(ds, row), plan.workers,
-                sets=row_overrides(plan, ds, row), label=row.title, progress=progress,
-                reprompt=ds.reprompt,
-            )  # fmt: skip
-        except QucoError as exc:
-            done.append(RowRun(ds.name, row.name, "failed", str(exc)))
-            echo(f"{ds.name}/{row.name}: FAILED: {exc}")
-            continue
-        detail = (
-            f"{summary.completed}/{summary.selected} questions recorded ({summary.new} now, "
-            f"{summary.errors} errors), EM {summary.em:.3f}"
-        )
-        done.append(RowRun(ds.name, row.name, "ran", detail, cmd))
-        echo(f"{ds.name}/{row.name}: {detail}")
-    return done
-
-
-# -- collecting ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RowResult:
-    """One row of the table: its run restricted to the planned questions, with statistics."""
-
-    dataset: DatasetPlan
-    row: Row
-    run_dir: Path
-    planned: int
-    run: Run | None = None
-    status: str = "not run"  # "complete", "partial", "not run", "no config", "unreadable"
-    problem: str = ""
-    stats: dict[str, Interval] = field(default_factory=dict)
-    vs_baseline: Comparison | None = None
-    vs_control: Comparison | None = None
-    world: dict[str, Any] = field(default_factory=dict)
-    firing: dict[str, Any] = field(default_factory=dict)
-    detection: Detection | None = None
-
-    @property
-    def answered(self) -> int:
-        return len(self.run.records) if self.run is not None else 0
-
-    @property
-    def errors(self) -> int:
-        return sum(1 for r in self.run.records if r.get("error")) if self.run is not None else 0
-
-    @property
-    def generator(self) -> str:
-        if self.run is None:
-            return ""
-        gen = (self.run.config.get("pipeline") or {}).get("generator") or {}
-        return f"{gen.get('model', '?')} ({gen.get('backend', '?')})" if gen else str(self.run.method)
-
-
-def machine_cell(records: Sequence[dict[str, Any]]) -> str:
-    """The machine a row ran on, from what its questions recorded: the 1-minute load average (median, max)
-    and the median CPU seconds of the answering process beside the median wall seconds, then the processors
-    that answered them (with their questions' median CPU seconds when there are several). Questions recorded
-    before these were kept carry none of them and are left out (the counts say how many had them)."""
-    loads = [float(r["load"]) for r in records if isinstance(r.get("load"), int | float)]
-    if not loads:
-        return "—"
-    cell = f"load {statistics.median(loads):.1f} (max {max(loads):.1f})"
-    timed = [r for r in records if isinstance(r.get("cpu_seconds"), int | float)]
-    if timed:
-        cpu = statistics.median(float(r["cpu_seconds"]) for r in timed)
-        wall = statistics.median(float(r.get("seconds") or 0.0) for r in timed)
-        cell += f"; CPU {cpu:.1f} s/q, wall {wall:.1f} s/q (medians)"
-    cell += f"; {len(loads)} of {len(records)} questions"
-    return cell + _processors(records)
-
-
-def _processors(records: Sequence[dict[str, Any]]) -> str:
-    """ "; on CPU" for one recorded processor; for several, each with its questions and their median CPU s."""
-    by_cpu: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        if isinstance(r.get("cpu"), str) and r["cpu"]:
-            by_cpu.setdefault(r["cpu"], []).append(r)
-    if not by_cpu:
-        return ""
-    unknown = len(records) - sum(len(v) for v in by_cpu.values())
-    if len(by_cpu) == 1 and not unknown:
-        return f"; on {next(iter(by_cpu))}"
-    parts = []
-    for name, group in by_cpu.items():
-        part = f"{name}: {len(group)} q"
-        cpus = [float(r["cpu_seconds"]) for r in group if isinstance(r.get("cpu_seconds"), int | float)]
-        if cpus:
-            part += f", CPU {statistics.median(cpus):.1f} s/q"
-        parts.append(part)
-    if unknown:
-        parts.append(f"not recorded: {unknown} q")
-    return "; on " + "; ".join(parts)
-
-
-def _restricted(run: Run, ids: Sequence[str]) -> Run:
-    by_id = run.by_id()
-    return Run(run.dir, run.config, [by_id[i] for i in ids if i in by_id])
-
-
-def _compare(a: RowResult | None, b: RowResult, n_boot: int) -> Comparison | None:
-    if a is None or a is b or a.run is None or b.run is None or not a.run.records or not b.run.records:
-        return None
-    try:
-        return compare(a.run, b.run, ("em", "f1"), n_boot=n_boot)
-    except QucoError as exc:
-        b.problem = (b.problem + "; " if b.problem else "") + f"no paired test against {a.row.title}: {exc}"
-        return None
-
-
-def _check_config(plan: Plan, ds: DatasetPlan, row: Row, run: Run, res: RowResult) -> None:
-    """Note (never hide) a run whose recorded pipeline is not what the plan's row resolves to now."""
-    from quco.config import load_config, parse_override
-    from quco.eval.records import differences
-
-    recorded = run.config.get("pipeline")
-    if not isinstance(recorded, dict) or row.config is None:
-        return
-    config = plan.calibrated_config(ds, row) if row.calibrate else Path(row.config)
-    try:
-        overrides = dict(parse_override(s) for s in row_overrides(plan, ds, row))
-        expected = load_config(config, overrides=overrides).model_dump(mode="json")
-    except QucoError as exc:
-        res.problem = f"cannot resolve the row's config to check its run: {exc}"
-        return
-    diffs = differences(recorded, expected)
-    if diffs:
-        shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
-        res.problem = f"its run was made with another config than the plan's row resolves to now ({shown})"
-
-
-def collect(plan: Plan, n_boot: int = 10_000) -> list[RowResult]:
-    """Read every row's run (only the questions the plan evaluates for it) and compute its statistics."""
-    from quco.eval.world_file import read_world
-
-    results: list[RowResult] = []
-    for ds in plan.datasets:
-        by_name: dict[str, RowResult] = {}
-        for row in ds.rows:
-            ids = planned_ids(ds, row)
-            res = RowResult(ds, row, plan.run_dir(ds, row), len(ids))
-            if row.config is None:
-                res.status = "no config"
-            elif (res.run_dir / CONFIG_FILE).is_file():
-                try:
-                    run = load_run(res.run_dir)
-                    recorded_ds = run.dataset.get("name")
-                    if recorded_ds and recorded_ds != ds.name:
-                        raise QucoError(f"{res.run_dir} holds a run on {recorded_ds}, not {ds.name}")
-                except QucoError as exc:
-                    res.status, res.problem = "unreadable", str(exc)
-                else:
-                    run.config = {**run.config, "label": row.title}
-                    restricted = _restricted(run, ids)
-                    if restricted.records:  # a run started with nothing recorded yet stays "not run"
-                        res.run = restricted
-                        res.status = "complete" if res.answered == res.planned else "partial"
-                        res.stats = summarize(
-                            restricted, [f for f, *_ in SCORE_COLUMNS + COST_COLUMNS], n_boot
-                        )
-                        res.world = read_world(res.run_dir, run.config)
-                        res.firing = firing_rates(restricted)
-                        res.detection = detection(restricted, n_boot)
-                        _check_config(plan, ds, row, run, res)
-            by_name[row.name] = res
-            results.append(res)
-        base = by_name.get(ds.baseline) if ds.baseline else None
-        ctrl = by_name.get(ds.control) if ds.control else None
-        for res in by_name.values():
-            res.vs_baseline = _compare(base, res, n_boot)
-            res.vs_control = _compare(ctrl, res, n_boot)
-    return results
-
-
-# -- rendering ------------------------------------------------------------------------------------------------
 
 
 def _iv(iv: Interval | None, digits: int, scale: float) -> str:
@@ -639,7 +249,7 @@ def _point_label(res: RowResult) -> str:
 def results_figure(ds: DatasetPlan, rows: Sequence[RowResult], path: Path) -> Path:
     """The dataset's rows as points: EM (accuracy for yes/no questions) against retrievals per question, each
     with its 95% intervals on both axes; a hollow point is a row still running, labelled with its questions."""
-    from quco.eval.figures import mark_method, new_axes, place_labels, save
+    from quco.eval.render.figures import mark_method, new_axes, place_labels, save
 
     fig, ax = new_axes((7.2, 4.2))
     palette = [f"C{i}" for i in range(10)]
@@ -751,7 +361,7 @@ def write_html(
 ) -> Path:
     """The tables as one self-contained HTML page, linking each dataset's full report when written: each
     dataset's figure and scores, its costs, first drafts and runs folded under a summary line."""
-    from quco.eval.report import stylesheet
+    from quco.eval.render.report import stylesheet
 
     parts = [f"<h1>{html.escape(plan.title)}</h1>"]
     complete = sum(1 for r in results if r.status == "complete")
@@ -807,7 +417,7 @@ def write_reports(
 ) -> dict[str, Path]:
     """One ``quco report`` per dataset over its rows with records (OUT/DATASET/report.html), with its gate
     frontier when there is one."""
-    from quco.eval.report import write_report
+    from quco.eval.render.report import write_report
 
     written = {}
     for ds in plan.datasets:

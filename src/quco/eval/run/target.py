@@ -11,8 +11,8 @@ from typing import Any
 
 from quco.config import PipelineConfig, load_config
 from quco.errors import QucoError
-from quco.eval.answering import AnswerFn
-from quco.eval.matched import matched_config
+from quco.eval.run.answering import AnswerFn
+from quco.eval.run.matched import matched_config
 from quco.llm.base import Parallelism
 
 

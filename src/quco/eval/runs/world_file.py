@@ -17,7 +17,7 @@ from typing import Any
 
 from quco.config import PipelineConfig
 from quco.errors import QucoError
-from quco.eval.records import RunConfig
+from quco.eval.runs.records import RunConfig
 from quco.methods import method_class
 from quco.storage import write_text_atomic
 from quco.world.guard import corpus_text, describe_world, stage_rates

@@ -7,9 +7,9 @@ different config refuses to resume into the directory, because mixing two config
 would silently corrupt every number computed from it.
 
 Concurrency: with ``workers > 1`` questions are answered on threads sharing one pipeline or in worker
-processes, as the generator declares (``quco.eval.executors``); by default there is one worker, decoding with
+processes, as the generator declares (``quco.eval.run.executors``); by default there is one worker, decoding with
 every core as a thread (measured faster than one process per core). Scoring and writing always happen on the
-calling thread. The run directory's files are read and written by ``quco.eval.runs``.
+calling thread. The run directory's files are read and written by ``quco.eval.runs.store``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from filelock import FileLock, Timeout
 from quco.answer import PUBLISHED_PROTOCOL_DATASETS, AnswerProtocol, protocol_named
 from quco.datasets import DatasetRef, Example, load_dataset, resolve_dataset
 from quco.errors import QucoError
-from quco.eval.executors import choose_executor
-from quco.eval.records import EVAL_FORMAT, Record, RunConfig, Selection, config_hash, differences
-from quco.eval.runs import (
+from quco.eval.run.executors import choose_executor
+from quco.eval.run.target import Target, resolve_target
+from quco.eval.runs.records import EVAL_FORMAT, Record, RunConfig, Selection, config_hash, differences
+from quco.eval.runs.store import (
     RESULTS_FILE,
     RunError,
     appending,
@@ -41,8 +42,7 @@ from quco.eval.runs import (
     unique_records,
     write_config,
 )
-from quco.eval.target import Target, resolve_target
-from quco.eval.world_file import record_world
+from quco.eval.runs.world_file import record_world
 from quco.paths import data_dir
 from quco.storage import file_sha256
 
@@ -393,5 +393,5 @@ def _run_locked(job: _Job, opts: EvalOptions) -> RunSummary:
     )
 
 
-# Transitional: ``quco.eval.results`` imports this name; it moves to ``quco.eval.records.differences``.
+# Transitional: ``quco.eval.campaign.results`` imports this name; it moves to ``quco.eval.runs.records.differences``.
 _differences = differences

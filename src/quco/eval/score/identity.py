@@ -5,7 +5,7 @@ comparing every decision: each step's stage, draft, decision, reason, queries, r
 and kept text, its typed trigger records (scores, threshold, rule, where it fired) and its signals; each
 question's prediction, answer, stop reason, scores and counters (LLM calls and tokens by role, retrievals,
 corpus lookups). Timings are not compared. Traces of an older format are first read in the current one
-(``quco.eval.legacy``), so a run recorded before a format change compares with one recorded after it.
+(``quco.eval.runs.legacy``), so a run recorded before a format change compares with one recorded after it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quco.eval.runs import Record, RunError, load_run
+from quco.eval.runs.store import Record, RunError, load_run
 
 # Per question: record fields and counters that decide or measure an answer (seconds are left out).
 RECORD_FIELDS = ("prediction", "answer", "missing", "reprompted", "em", "f1", "error")

@@ -70,7 +70,7 @@ class Margin:
     fire ("always") or on none ("never") changes the rule's shape: QuCo-RAG's stage 1 becomes SR-RAG's first
     step, or disappears. Such a choice stands only when it beats the best split by at least ``MIN_MARGIN`` of the
     questions; otherwise the best split is kept, and the report says so. Candidates are any objects with
-    ``threshold`` and ``em`` (``ExactCandidate``, ``quco.eval.calibrate.Candidate``).
+    ``threshold`` and ``em`` (``ExactCandidate``, ``quco.eval.calibrate.search.Candidate``).
     """
 
     best: Any  # the highest EM within the budget
@@ -230,8 +230,8 @@ def fires(question: Question, threshold: float, rule: str) -> bool:
 def collect(run_dirs: Sequence[str | Path], param: str) -> tuple[list[Question], str, list[str], str]:
     """Every question of the runs with its score and the outcomes recorded for it; the rule; disagreements;
     the dataset's name."""
-    from quco.eval.records import differences
-    from quco.eval.runs import load_run
+    from quco.eval.runs.records import differences
+    from quco.eval.runs.store import load_run
 
     if len(run_dirs) < 1:
         raise QucoError(

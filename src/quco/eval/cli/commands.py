@@ -15,159 +15,27 @@ import typer
 from rich.table import Table
 
 from quco.cli_support import friendly_errors, out, setup_logging
-from quco.config import PipelineConfig, load_config, parse_override
-from quco.datasets import DATASETS
 from quco.errors import QucoError
-from quco.eval.runner import EvalOptions, Questions, RunSummary, run_eval
-from quco.eval.runs import load_run
-from quco.eval.stats import SUMMARY_FIELDS, Comparison, compare_runs, summarize
+from quco.eval.run.command import eval_command
+from quco.eval.run.runner import RunSummary
+from quco.eval.runs.store import load_run
+from quco.eval.score.stats import SUMMARY_FIELDS, summarize
+from quco.eval.score.summary import (
+    COMPARE_METRICS,
+    FIRING_COLUMNS,
+    METRIC_NAMES,
+    SUMMARY_COLUMNS,
+    compare_command,
+    format_rate,
+    summary_rows,
+)
 
 eval_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
-class DatasetNotGiven(QucoError):
-    """The dataset could not be inferred from the config."""
-
-
-def infer_dataset(cfg: PipelineConfig, config_path: Path | None) -> str:
-    """The dataset a config is written for: its folder (configs/hotpotqa/...), else its built-in exemplars."""
-    if config_path is not None and config_path.parent.name in DATASETS:
-        return config_path.parent.name
-    spec = cfg.prompt.exemplars
-    if spec.startswith("builtin:") and spec.split(":", 1)[1] in DATASETS:
-        return spec.split(":", 1)[1]
-    raise DatasetNotGiven("cannot tell which dataset this config is for; pass --dataset (e.g. hotpotqa)")
-
-
-def eval_command(
-    config: Path | None = None,
-    dataset: str | None = None,
-    limit: int | None = None,
-    offset: int = 0,
-    out_dir: Path | None = None,
-    workers: int | None = None,
-    resume: bool = True,
-    reprompt: bool = False,
-    sets: Sequence[str] = (),
-    method: str | None = None,
-    sample: int | None = None,
-    seed: int = 0,
-    retry_errors: bool = False,
-    label: str | None = None,
-    progress: bool = True,
-    traces_from: Path | None = None,
-    strict: bool = False,
-) -> RunSummary:
-    """Resolve the config (file + --method + --set), pick the dataset, and run (or resume) the evaluation."""
-    if strict and reprompt:
-        raise QucoError("--strict and --reprompt contradict each other; pass one of them")
-    overrides = dict(parse_override(s) for s in sets)
-    cfg = load_config(config, overrides=overrides, method=method)
-    name = dataset or infer_dataset(cfg, config)
-    return run_eval(
-        cfg,
-        name,
-        Questions(limit=limit, offset=offset, sample=sample, seed=seed),
-        EvalOptions(
-            out_dir=out_dir,
-            workers=workers,
-            resume=resume,
-            reprompt=reprompt,
-            progress=progress,
-            retry_errors=retry_errors,
-            label=label,
-            traces_from=traces_from,
-            protocol="strict" if strict else None,
-        ),
-    )
-
-
-def compare_command(run_a: Path, run_b: Path, metrics: Sequence[str] = ("em", "f1")) -> Comparison:
-    """Paired comparison of run B against run A on their common questions."""
-    unknown = [m for m in metrics if m not in SUMMARY_FIELDS]
-    if unknown:
-        raise QucoError(f"unknown metric '{unknown[0]}'; use one of {', '.join(SUMMARY_FIELDS)}")
-    return compare_runs(run_a, run_b, metrics)
-
-
-# Columns of `quco summary`: a score or cost field and its header. "main" counts the main generations only (the
-# papers' #Call and #Tok); "all roles" adds extractor, sampler, judge, probe and answer re-prompt calls.
-SUMMARY_COLUMNS = (
-    ("em", "EM"),
-    ("f1", "F1"),
-    ("retrievals", "retrievals/q"),
-    ("main_llm_calls", "LLM calls/q (main)"),
-    ("llm_calls", "LLM calls/q (all roles)"),
-    ("main_tokens", "gen. tokens/q (main)"),
-    ("tokens", "gen. tokens/q (all roles)"),
-    ("seconds", "s/q"),
-)
-# `quco compare` by default: the scores and the costs the papers report, main-only beside all roles.
-COMPARE_METRICS = ("em", "f1", "retrievals", "main_llm_calls", "llm_calls", "main_tokens", "tokens")
-METRIC_NAMES = {
-    "main_llm_calls": "LLM calls (main)",
-    "llm_calls": "LLM calls (all roles)",
-    "main_tokens": "gen. tokens (main)",
-    "tokens": "gen. tokens (all roles)",
-}
-# The firing rate of each stage's trigger records (QuCo-RAG: stage 1 = entity frequency before generation, per
-# question; stage 2 = claims, per judged sentence).
-FIRING_COLUMNS = (("before", "stage 1 fired"), ("generate", "stage 2 fired"))
-
-
-def firing_rates(run: Any) -> dict[str, Any]:
-    """Per stage: the trigger records' firing rate over the run's traces (None where that stage has none)."""
-    from quco.signals.chance import stage_rate
-
-    traces = [r.trace for r in run.records if r.trace]
-    rates = {stage: stage_rate(traces, stage) for stage, _ in FIRING_COLUMNS}
-    return {stage: rate if rate.steps else None for stage, rate in rates.items()}
-
-
-def format_rate(rate: Any, stage: str) -> str:
-    if rate is None:
-        return "n/a"
-    if stage == "before":
-        return f"{rate.per_step:.0%} ({rate.fired}/{rate.steps} q)"
-    return f"{rate.per_candidate:.1%} ({rate.fired}/{rate.candidates} cand.)"
-
-
-def summary_rows(
-    runs: Sequence[Path], first: int | None = None, common: bool = False, n_boot: int = 10_000
-) -> list[dict[str, Any]]:
-    """One row per run: its name, method, question count and each summary column's mean with 95% interval.
-
-    ``first`` keeps the questions whose dataset position is below it (so runs of different length are
-    tabulated on the same questions); ``common`` keeps only the questions every run has answered.
-    """
-    loaded = [load_run(r) for r in runs]
-    if first is not None:
-        if first < 1:
-            raise QucoError(f"--first must be at least 1, got {first}")
-        for run in loaded:
-            run.records = [r for r in run.records if r.index < first]
-    if common:
-        shared = set.intersection(*({r.id for r in run.records} for run in loaded))
-        for run in loaded:
-            run.records = [r for r in run.records if r.id in shared]
-    rows = []
-    for run in loaded:
-        stats = summarize(run, [f for f, _ in SUMMARY_COLUMNS], n_boot=n_boot)
-        rows.append(
-            {
-                "run": run.name,
-                "method": run.method,
-                "questions": len(run.records),
-                "stats": stats,
-                "firing": firing_rates(run),
-            }
-        )
-    return rows
-
-
 def report_command(runs: Sequence[Path], out_html: Path, baseline: int = 0) -> Path:
     """Write the HTML report of ``runs`` (compared against ``runs[baseline]``)."""
-    from quco.eval.report import write_report
+    from quco.eval.render.report import write_report
 
     if not 0 <= baseline < len(runs):
         raise QucoError(f"--baseline must index one of the {len(runs)} runs (0..{len(runs) - 1})")
@@ -302,7 +170,7 @@ def summary_cli(
             vals += [format_rate(row["firing"][stage], stage) for stage, _ in FIRING_COLUMNS]
         return [row["run"], row["method"], str(row["questions"])] + vals
 
-    from quco.eval.world_file import world_lines  # which world each run measured in (pool or realistic)
+    from quco.eval.runs.world_file import world_lines  # which world each run measured in (pool or realistic)
 
     _print_table(
         "mean per question [95% bootstrap CI]; EM and F1 in %", headers, [cells(r) for r in rows], markdown
@@ -373,7 +241,7 @@ def detection_cli(
     """Does each run's trigger catch wrong drafts? Its first judged draft per question, scored like the final
     answer: how often it is wrong when the trigger fired and when it kept it (95% interval, p-value), and how well
     the trigger's first score ranks wrong drafts first (AUROC)."""
-    from quco.eval.detection import DETECTION_HEAD, detection, detection_cells
+    from quco.eval.score.detection import DETECTION_HEAD, detection, detection_cells
 
     _logging(False)
     loaded = [load_run(r) for r in runs]
@@ -422,7 +290,7 @@ def trace_diff_cli(
     show: Annotated[int, typer.Option(help="Differences printed per question.")] = 20,
 ) -> None:
     """Compare two runs' decisions field by field (steps, trigger records, counters, answers); exit 1 if any differ."""
-    from quco.eval.identity import trace_diff
+    from quco.eval.score.identity import trace_diff
 
     _logging(False)
     diff = trace_diff(run_a, run_b, ignore or (), first)

@@ -1,4 +1,4 @@
-"""``quco results run PLAN`` and ``quco results table PLAN``: the results table of a plan (``quco.eval.plan``)."""
+"""``quco results run PLAN`` and ``quco results table PLAN``: the results table of a plan (``quco.eval.campaign.plan``)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def run_cli(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Run or resume every row's `quco eval`, one row after the other (exit 1 if a row failed)."""
-    from quco.eval.plan import load_plan
-    from quco.eval.results import run_plan
+    from quco.eval.campaign.plan import load_plan
+    from quco.eval.campaign.results import run_plan
 
     @friendly_errors
     def go() -> None:
@@ -68,8 +68,8 @@ def status_cli(
     row: RowOpt = None,
 ) -> None:
     """Which rows are complete, and the hours of compute the others need at their recorded pace."""
-    from quco.eval.plan import load_plan
-    from quco.eval.results_status import plan_status, render_status
+    from quco.eval.campaign.plan import load_plan
+    from quco.eval.campaign.status import plan_status, render_status
     from quco.machine import cpu_name
 
     @friendly_errors
@@ -97,8 +97,8 @@ def table_cli(
     ] = True,
 ) -> None:
     """Tabulate every recorded run of the plan (complete or not) into Markdown and HTML."""
-    from quco.eval.plan import load_plan
-    from quco.eval.results import table
+    from quco.eval.campaign.plan import load_plan
+    from quco.eval.render.results import table
 
     @friendly_errors
     def go() -> None:

@@ -16,7 +16,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from quco.eval.runs import COST_FIELDS, Run, RunError, load_run
+from quco.eval.runs.store import COST_FIELDS, Run, RunError, load_run
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from quco.answer import STRICT, AnswerProtocol
 from quco.config import PipelineConfig
 from quco.datasets import Example
 from quco.errors import QucoError
-from quco.eval.answering import Answerer, Outcome
-from quco.eval.records import Record
+from quco.eval.run.answering import Answerer, Outcome
+from quco.eval.runs.records import Record
 from quco.machine import usable_cores
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ def choose_executor(
     protocol: AnswerProtocol,
     recorded: Mapping[str, Record] | None = None,
 ) -> Executor:
-    """The executor for ``target`` (a ``quco.eval.target.Target``) and ``workers``, by its generator's
+    """The executor for ``target`` (a ``quco.eval.run.target.Target``) and ``workers``, by its generator's
     ``parallelism``. Processes build their own pipelines; otherwise the target is built here."""
     if workers > 1 and target.parallelism == "processes" and target.buildable:
         return ProcessExecutor(target.config, workers, protocol=protocol, recorded=recorded)

@@ -1,7 +1,7 @@
 """A results plan: the rows of a results table (dataset x method), each one ``quco eval`` run, in one YAML file.
 
 ``quco results run PLAN`` runs or resumes every row; ``quco results table PLAN`` tabulates whatever has been
-recorded (``quco.eval.results``). The plan fixes, per dataset, the evaluated questions (``offset``/``limit``)
+recorded (``quco.eval.campaign.results``). The plan fixes, per dataset, the evaluated questions (``offset``/``limit``)
 and the questions thresholds may be calibrated on (``calibration``); the two must not overlap, and a row whose
 config says its threshold was calibrated on evaluated questions is refused.
 

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from quco.errors import QucoError
+from quco.eval.campaign.plan import DatasetPlan, Plan
 from quco.eval.gate.data import load_gate_data
-from quco.eval.gate.report import FrontierReport, blocks, build_report, figure
-from quco.eval.gate.report import markdown_lines as report_markdown_lines
-from quco.eval.plan import DatasetPlan, Plan
+from quco.eval.render.gate import FrontierReport, blocks, build_report, figure
+from quco.eval.render.gate import markdown_lines as report_markdown_lines
 from quco.signals.gate_model import GateModel
 
 

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from quco.eval.figures import mark_method, new_axes, save
 from quco.eval.gate.data import GateData
 from quco.eval.gate.fit import signal_gate
 from quco.eval.gate.frontier import (
@@ -32,7 +31,8 @@ from quco.eval.gate.frontier import (
     point,
     random_gate,
 )
-from quco.eval.stats import Interval, PairedResult, auc_value, auroc, paired_test
+from quco.eval.render.figures import mark_method, new_axes, save
+from quco.eval.score.stats import Interval, PairedResult, auc_value, auroc, paired_test
 from quco.methods.gate import FEATURES
 from quco.signals.gate_model import GateModel
 

@@ -1,5 +1,5 @@
 """A run directory on disk, read and written here only: ``config.yaml`` (a ``RunConfig``), ``results.jsonl``
-(one ``Record`` per line) and ``world.json`` (``quco.eval.world_file``).
+(one ``Record`` per line) and ``world.json`` (``quco.eval.runs.world_file``).
 
 Reading is shared by the runner (resume), the statistics, the analyses and the report, so that every tool
 agrees on what a run holds: a torn last line (a killed writer) is ignored, a corrupt line elsewhere is an
@@ -22,7 +22,7 @@ from typing import IO, Any
 import yaml
 
 from quco.errors import QucoError
-from quco.eval.records import COST_FIELDS, DatasetId, Record, RunConfig
+from quco.eval.runs.records import COST_FIELDS, DatasetId, Record, RunConfig
 from quco.storage import write_bytes_atomic
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ class Run:
     @cached_property
     def world(self) -> dict[str, Any]:
         """The run's world record (``world.json``, or inferred from its config for runs made before it)."""
-        from quco.eval.world_file import read_world
+        from quco.eval.runs.world_file import read_world
 
         return read_world(self.dir, self.config)
 
@@ -195,9 +195,9 @@ class Run:
 def load_run(run_dir: str | Path) -> Run:
     """Read a run directory (the results file is not modified, a torn last line is skipped).
 
-    Traces written by an older version are read in the current form (``quco.eval.legacy``).
+    Traces written by an older version are read in the current form (``quco.eval.runs.legacy``).
     """
-    from quco.eval.legacy import upgrade_trace
+    from quco.eval.runs.legacy import upgrade_trace
 
     path = Path(run_dir)
     config = read_config(path)
@@ -216,7 +216,7 @@ def load_traces(path: str | Path) -> list[dict[str, Any]]:
 
     Records that raised (no trace) are left out; a run without any trace is an error.
     """
-    from quco.eval.legacy import upgrade_trace
+    from quco.eval.runs.legacy import upgrade_trace
 
     p = Path(path).expanduser()
     results = p / RESULTS_FILE if p.is_dir() else p

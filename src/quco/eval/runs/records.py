@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,28 +35,6 @@ COST_FIELDS = (
 SELECTION_KEYS = ("config_hash", "label", "created", "updated", "selection")
 
 
-class MappingView:
-    """Read access by key, for the readers that have not moved to attributes yet (transitional)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.to_dict().get(key, default)
-
-    def __getitem__(self, key: str) -> Any:
-        return self.to_dict()[key]
-
-    def keys(self) -> Any:
-        return self.to_dict().keys()
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.to_dict()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.to_dict())
-
-
 def _total(value: Any) -> float:
     if isinstance(value, dict):
         return float(sum(value.values()))
@@ -65,7 +42,7 @@ def _total(value: Any) -> float:
 
 
 @dataclass
-class Record(MappingView):
+class Record:
     """One answered question as ``results.jsonl`` holds it: the question, the answer and its scores, the
     machine's figures, and the trace (its JSON form; None when the question raised)."""
 
@@ -157,7 +134,7 @@ class Record(MappingView):
 
 
 @dataclass(frozen=True)
-class DatasetId(MappingView):
+class DatasetId:
     """Which questions a run answered: the dataset's name, the file's sha256, and the seed of a sample."""
 
     name: str | None = None
@@ -180,7 +157,7 @@ class DatasetId(MappingView):
 
 
 @dataclass(frozen=True)
-class Selection(MappingView):
+class Selection:
     """Which of the dataset's questions this invocation selected (not part of the identity)."""
 
     dataset_path: str | None = None
@@ -220,7 +197,7 @@ def config_hash(identity: dict[str, Any]) -> str:
 
 
 @dataclass
-class RunConfig(MappingView):
+class RunConfig:
     """``config.yaml``: the run's identity (hashed: the format, the resolved pipeline config or the answer
     function, its prompt, the dataset, the answer protocol, rates taken from a matched run, ...) and what
     describes this invocation (hash, label, times, the question selection)."""

@@ -1,7 +1,7 @@
 """A control's ``match_run`` turned into numbers before the control is built.
 
 A cost-matched control (``random``, ``quco-random``) takes its firing rates from another recorded run. The
-method never reads that run: here the run's traces are read (``quco.eval.runs.load_traces``), the method says
+method never reads that run: here the run's traces are read (``quco.eval.runs.store.load_traces``), the method says
 which parameter values they give (``Method.matched``), and the control is built from a config holding those
 values and no ``match_run``. The values also enter the evaluation run's identity (``matched_rates``).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from quco.config import PipelineConfig
-from quco.eval.runs import load_traces
+from quco.eval.runs.store import load_traces
 from quco.methods import method_class
 
 log = logging.getLogger(__name__)

@@ -127,8 +127,8 @@ def frontier_cli(
     """Every signal's exact frontier, the fitted gates, and the oracle and random bounds."""
     setup_logging(verbose)
     from quco.eval.gate.data import load_gate_data
-    from quco.eval.gate.report import build_report, figure, markdown, to_json
-    from quco.eval.runs import load_run
+    from quco.eval.render.gate import build_report, figure, markdown, to_json
+    from quco.eval.runs.store import load_run
     from quco.signals.gate_model import GateModel
 
     data = load_gate_data(closed, opened)

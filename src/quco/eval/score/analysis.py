@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from quco.eval.runs import COST_FIELDS, Record, Run
+from quco.eval.runs.store import COST_FIELDS, Record, Run
 from quco.trace import COMPONENTS, Step, as_trace
 from quco.trigger_record import TriggerRecord
 

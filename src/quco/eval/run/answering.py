@@ -17,8 +17,8 @@ from typing import Any
 from quco.answer import AnswerProtocol
 from quco.datasets import Example
 from quco.errors import QucoError
-from quco.eval.metrics import score_prediction
-from quco.eval.records import Record
+from quco.eval.runs.records import Record
+from quco.eval.score.metrics import score_prediction
 from quco.machine import cpu_name, load_average
 from quco.trace import Trace
 

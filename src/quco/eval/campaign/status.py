@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from quco.errors import QucoError
-from quco.eval.plan import DatasetPlan, Plan, Row
-from quco.eval.results import planned_ids, selected_rows
-from quco.eval.runs import CONFIG_FILE, Record, load_run
+from quco.eval.campaign.plan import DatasetPlan, Plan, Row
+from quco.eval.campaign.results import planned_ids, selected_rows
+from quco.eval.runs.store import CONFIG_FILE, Record, load_run
 from quco.machine import cpu_name
 
 HERE_MIN = 3  # questions on this processor before a row's estimate uses their pace alone

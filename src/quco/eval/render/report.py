@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from quco.errors import QucoError
-from quco.eval.analysis import (
+from quco.eval.runs.records import Record
+from quco.eval.runs.store import Run, load_run
+from quco.eval.runs.world_file import world_html
+from quco.eval.score.analysis import (
     efficiency_points,
     em_by_cost,
     em_by_entity_frequency,
@@ -28,9 +31,7 @@ from quco.eval.analysis import (
     threshold_sweep,
     trigger_sweep,
 )
-from quco.eval.runs import Run, load_run
-from quco.eval.stats import Interval, compare, summarize
-from quco.eval.world_file import world_html
+from quco.eval.score.stats import Interval, compare, summarize
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ TABLE_COLUMNS = (
 
 def stylesheet() -> str:
     """The one stylesheet of the HTML pages (style.css beside this module), inlined so a page stands alone."""
-    return resources.files("quco.eval").joinpath("style.css").read_text(encoding="utf-8")
+    return resources.files("quco.eval.render").joinpath("style.css").read_text(encoding="utf-8")
 
 
 _SCRIPT = """
@@ -118,9 +119,9 @@ def _summary_table(runs: Sequence[Run], summaries: dict[str, dict[str, Interval]
     rows = []
     for run in runs:
         s = summaries[run.name]
-        errors = sum(1 for r in run.records if r.get("error"))
-        missing = sum(1 for r in run.records if r.get("missing") and not r.get("error"))
-        reprompted = sum(1 for r in run.records if r.get("reprompted"))
+        errors = sum(1 for r in run.records if r.error)
+        missing = sum(1 for r in run.records if r.missing and not r.error)
+        reprompted = sum(1 for r in run.records if r.reprompted)
         cells = "".join(_cell(s[f], d, sc) for f, _, d, sc in TABLE_COLUMNS)
         rows.append(
             f"<tr><td><b>{_esc(run.name)}</b><br><span class='muted'>{_esc(run.method)}</span></td>"
@@ -166,7 +167,7 @@ def _paired_table(runs: Sequence[Run], baseline: Run) -> str:
 
 
 def _detection_table(runs: Sequence[Run], n_boot: int) -> str:
-    from quco.eval.detection import DETECTION_HEAD, detection, detection_cells
+    from quco.eval.score.detection import DETECTION_HEAD, detection, detection_cells
 
     found = [(run, d) for run in runs if (d := detection(run, n_boot)) is not None]
     if not found:
@@ -295,11 +296,11 @@ def _plot_trigger_sweeps(runs: Sequence[Run]) -> str | None:
     return _finish(fig, ax, "Trigger threshold sweep from recorded signals", xlabel, "retrievals / question")
 
 
-def _trace_html(rec: dict[str, Any]) -> str:
-    if rec.get("error"):
-        return f"<pre class='bad'>{_esc(rec['error'])}\n{_esc(rec.get('error_traceback') or '')}</pre>"
-    trace = rec.get("trace") or {}
-    parts = [f"<div><b>Prediction:</b> {_esc(rec.get('prediction', ''))}</div>"]
+def _trace_html(rec: Record) -> str:
+    if rec.error:
+        return f"<pre class='bad'>{_esc(rec.error)}\n{_esc(rec.error_traceback or '')}</pre>"
+    trace = rec.trace or {}
+    parts = [f"<div><b>Prediction:</b> {_esc(rec.prediction)}</div>"]
     for step in trace.get("steps", []):
         decision = step.get("decision", "")
         extra = ""
@@ -333,11 +334,11 @@ def _questions_table(runs: Sequence[Run]) -> str:
     order: dict[str, tuple[float, str]] = {}
     for m in maps:
         for qid, rec in m.items():
-            order.setdefault(qid, (float(rec.get("index") or 0), qid))
+            order.setdefault(qid, (float(rec.index), qid))
     rows = []
     for qid in sorted(order, key=lambda q: order[q]):
         first = next(m[qid] for m in maps if qid in m)
-        ems = [m[qid].get("em") for m in maps if qid in m]
+        ems = [m[qid].em for m in maps if qid in m]
         disagree = "1" if len({e for e in ems}) > 1 else "0"
         cells, details = [], []
         for run, m in zip(runs, maps, strict=True):
@@ -345,15 +346,15 @@ def _questions_table(runs: Sequence[Run]) -> str:
             if rec is None:
                 cells.append("<td class='muted'>—</td>")
                 continue
-            mark = "<span class='ok'>✓</span>" if rec.get("em") else "<span class='bad'>✗</span>"
-            shown = "error" if rec.get("error") else (rec.get("answer") or "(no answer)")
+            mark = "<span class='ok'>✓</span>" if rec.em else "<span class='bad'>✗</span>"
+            shown = "error" if rec.error else (rec.answer or "(no answer)")
             cells.append(f"<td>{mark} {_esc(shown)}</td>")
             details.append(f"<details><summary>{_esc(run.name)}</summary>{_trace_html(rec)}</details>")
-        text = f"{first.get('question', '')} {' '.join(first.get('gold', []))}".lower()
+        text = f"{first.question} {' '.join(first.gold)}".lower()
         rows.append(
-            f"<tr data-text='{_esc(text)}' data-disagree='{disagree}'><td class='num'>{_esc(first.get('index'))}</td>"
-            f"<td>{_esc(first.get('question'))}<details><summary>traces</summary>{''.join(details)}</details></td>"
-            f"<td>{_esc(' | '.join(first.get('gold', [])))}</td>{''.join(cells)}</tr>"
+            f"<tr data-text='{_esc(text)}' data-disagree='{disagree}'><td class='num'>{_esc(first.index)}</td>"
+            f"<td>{_esc(first.question)}<details><summary>traces</summary>{''.join(details)}</details></td>"
+            f"<td>{_esc(' | '.join(first.gold))}</td>{''.join(cells)}</tr>"
         )
     head = "".join(f"<th>{_esc(r.name)}</th>" for r in runs)
     return (
@@ -382,12 +383,12 @@ def write_report(
         for r in runs:
             r.config = {**r.config, "label": str(r.dir)}
     summaries = {r.name: summarize(r, n_boot=n_boot) for r in runs}
-    datasets = sorted({f"{r.dataset.get('name')} ({r.dataset.get('sha256', '')[:8]})" for r in runs})
+    datasets = sorted({f"{r.dataset.name} ({(r.dataset.sha256 or '')[:8]})" for r in runs})
     plots = [_plot_efficiency(runs), _plot_runtime(runs), _plot_em_by_retrievals(runs)]
     plots += [p for p in (_plot_frequency(runs), _plot_sweep(runs), _plot_trigger_sweeps(runs)) if p]
     run_list = "".join(
         f"<li><b>{_esc(r.name)}</b>: method {_esc(r.method)}, {len(r.records)} questions, config "
-        f"{_esc(r.config.get('config_hash'))}, dir <code>{_esc(r.dir)}</code></li>"
+        f"{_esc(r.config.config_hash)}, dir <code>{_esc(r.dir)}</code></li>"
         for r in runs
     )
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from quco.eval.metrics import score_prediction
-from quco.eval.runs import Run
-from quco.eval.stats import Interval, auroc, proportion_difference
+from quco.eval.runs.store import Run
+from quco.eval.score.metrics import score_prediction
+from quco.eval.score.stats import Interval, auroc, proportion_difference
 from quco.trace import as_trace
 from quco.trigger_record import TriggerRecord, judges
 
