@@ -38,6 +38,7 @@ demo: install
 	$(BIN)/quco demo
 
 test: install-all system-deps
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: install-all
