@@ -70,9 +70,9 @@ def test_every_threshold_from_two_runs_equals_a_run_at_that_threshold(
     middle = scored[len(scored) // 2]  # fires on the questions scored below it
     run = load_run(_run(real_parts, tmp_path, "middle", middle))
     cand = next(c for c in exact.candidates if c.threshold == middle)
-    assert cand.em == pytest.approx(sum(r["em"] for r in run.records) / N)
-    assert cand.f1 == pytest.approx(sum(r["f1"] for r in run.records) / N)
-    retrievals = [r["trace"]["counters"]["retrievals"] for r in run.records]
+    assert cand.em == pytest.approx(sum(r.em for r in run.records) / N)
+    assert cand.f1 == pytest.approx(sum(r.f1 for r in run.records) / N)
+    retrievals = [r.trace["counters"]["retrievals"] for r in run.records]
     assert cand.retrievals_per_question == pytest.approx(sum(retrievals) / N)
     assert cand.fired == sum(x > 0 for x in retrievals)
     assert not exact.disagreements

@@ -116,7 +116,7 @@ def test_answer_reprompt_is_counted(tmp_path: Path, overrides: dict[str, Any]) -
             assert any("re-prompted" in n for n in rec["trace"]["notes"])
         else:
             assert "answer_reprompt" not in counters["llm_calls"]
-    assert load_run(tmp_path).config["answer_protocol"] == {"name": "published", "max_new_tokens": 128}
+    assert load_run(tmp_path).config.identity["answer_protocol"] == {"name": "published", "max_new_tokens": 128}
 
 
 def test_reprompt_from_recorded_traces_equals_a_fresh_reprompted_run(
@@ -152,7 +152,7 @@ def test_reprompt_from_recorded_traces_equals_a_fresh_reprompted_run(
         ca, cb = a["trace"]["counters"], b["trace"]["counters"]
         assert ca["llm_calls"] == cb["llm_calls"] == {"main": 1, "answer_reprompt": 1}
         assert ca["generated_tokens"] == cb["generated_tokens"]
-    assert load_run(tmp_path / "reused").config["selection"]["traces_from"] == str(tmp_path / "plain")
+    assert load_run(tmp_path / "reused").config.selection.traces_from == str(tmp_path / "plain")
     other = load_config(CONFIGS / "hotpotqa/wo-rag.yaml", overrides={**short, "prompt.fewshot": 1})
     with pytest.raises(RunError, match="different configuration.*fewshot"):
         run_eval(

@@ -233,21 +233,21 @@ def test_gate_answers_as_wo_rag_when_kept_and_as_sr_rag_when_fired(
 ) -> None:
     always = _eval("gate", runs["root"] / "always", world, fire="always", families=["question"])
     wo, sr, never = (load_run(runs[n]).records for n in ("wo", "sr", "never"))
-    assert [r["prediction"] for r in never] == [r["prediction"] for r in wo]
-    assert [r["prediction"] for r in always] == [r["prediction"] for r in sr]
+    assert [r.prediction for r in never] == [r.prediction for r in wo]
+    assert [r.prediction for r in always] == [r.prediction for r in sr]
     for a, s in zip(always, sr, strict=True):
-        got = [x["id"] for step in a["trace"]["steps"] for x in step["retrieved"]]
-        want = [x["id"] for step in s["trace"]["steps"] for x in step["retrieved"]]
-        assert got == want and a["trace"]["counters"]["retrievals"] == 1
+        got = [x["id"] for step in a.trace["steps"] for x in step["retrieved"]]
+        want = [x["id"] for step in s.trace["steps"] for x in step["retrieved"]]
+        assert got == want and a.trace["counters"]["retrievals"] == 1
     for r in never:
-        step = r["trace"]["steps"][0]
-        assert step["decision"] == "keep" and r["trace"]["counters"]["retrievals"] == 0
+        step = r.trace["steps"][0]
+        assert step["decision"] == "keep" and r.trace["counters"]["retrievals"] == 0
         feats = step["signals"]["features"]
         assert set(feats) == {f for f, fam in FEATURES.items() if fam != "consistency"}
         for key in ("flare_max", "dragin_max", "etc_max", "etc_d1_max", "dtr_nll", "question_words"):
             assert feats[key] is not None
         # every family's cost is counted in the trace: the re-read of DRAGIN and DTR's direct answer
-        counters = r["trace"]["counters"]
+        counters = r.trace["counters"]
         fams = step["signals"]["families"]
         assert counters["llm_calls"]["probe"] == sum(f["cost"]["llm_calls"] for f in fams.values()) == 2
         assert counters["corpus_queries"] == fams["corpus"]["cost"]["corpus_queries"] > 0
@@ -265,13 +265,13 @@ def test_a_fitted_gate_run_live_takes_the_decisions_the_frontier_predicted(
     predicted = model.scores(data.features) >= model.threshold
     assert predicted.sum() == 2
     live = _eval("gate", runs["root"] / "live", world, fire="model", model=str(gate_file))
-    decided = [r["trace"]["steps"][0]["decision"] == "retrieve" for r in live]
+    decided = [r.trace["steps"][0]["decision"] == "retrieve" for r in live]
     assert decided == predicted.tolist()
     # the live gate computed only the family its file reads
-    assert set(live[0]["trace"]["steps"][0]["signals"]["families"]) == {"flare"}
+    assert set(live[0].trace["steps"][0]["signals"]["families"]) == {"flare"}
     # and its answers are those the two recorded runs give
     expect = np.where(predicted, data.open_em, data.closed_em)
-    assert [float(r["em"]) for r in live] == expect.tolist()
+    assert [float(r.em) for r in live] == expect.tolist()
     # the gate file is part of the run's identity: a run does not resume with another gate
     model.threshold = -1e9
     model.save(gate_file)

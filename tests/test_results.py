@@ -376,10 +376,10 @@ def test_status_counts_rows_and_estimates_the_hours_left(tmp_path: Path) -> None
     (runs / "hotpotqa/sr-rag/results.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     by = {f"{st.dataset}/{st.row}": st for st in plan_status(plan)}
     sr, quco = load_run(runs / "hotpotqa/sr-rag"), load_run(runs / "hotpotqa/quco")
-    sr_pace = statistics.median(r["seconds"] for r in sr.records)  # the estimate's pace: the median
-    quco_pace = statistics.median(r["seconds"] for r in quco.records)
+    sr_pace = statistics.median(r.seconds for r in sr.records)  # the estimate's pace: the median
+    quco_pace = statistics.median(r.seconds for r in quco.records)
     assert (by["hotpotqa/sr-rag"].state, by["hotpotqa/sr-rag"].hours_left) == ("complete", 0.0)
-    mean = statistics.fmean(r["seconds"] for r in sr.records)  # the s/q column: the mean
+    mean = statistics.fmean(r.seconds for r in sr.records)  # the s/q column: the mean
     assert sr_pace < 600.0 <= mean
     assert (by["hotpotqa/sr-rag"].seconds_per_question, by["hotpotqa/sr-rag"].pace) == pytest.approx(
         (mean, sr_pace)
@@ -485,15 +485,15 @@ def test_run_then_tabulate_end_to_end_on_the_default_model(
     assert calibrated.startswith(f"# calibrated copy of {ROOT / 'configs/hotpotqa/quco.yaml'} (sha256 ")
     quco, random = load_run(runs / "quco"), load_run(runs / "random")
     theta = yaml.safe_load(calibrated)["params"]["entity_threshold"]
-    assert quco.config["pipeline"]["params"]["entity_threshold"] == theta
-    assert random.config["pipeline"]["params"]["match_run"] == str(runs / "quco")
+    assert quco.config.pipeline["params"]["entity_threshold"] == theta
+    assert random.config.pipeline["params"]["match_run"] == str(runs / "quco")
     traces = [r["trace"] for r in quco.records]
     p1 = stage_rate(traces, "before").per_step
-    draws = [t for r in random.records for s in r["trace"]["steps"] for t in s.get("triggers", [])
+    draws = [t for r in random.records for s in r.trace["steps"] for t in s.get("triggers", [])
              if t.get("param") == "p_stage1"]  # fmt: skip
     assert draws and all(t["threshold"] == pytest.approx(p1) for t in draws)
     for run in (quco, random, load_run(runs / "sr-rag")):
-        assert len(run.records) == 2 and not any(r["error"] for r in run.records)
+        assert len(run.records) == 2 and not any(r.error for r in run.records)
     # The first-draft test reads the real traces: one draft per question whose drafts a trigger judged.
     judged = [
         r
@@ -533,7 +533,7 @@ def test_the_committed_headline_runs_are_what_the_plan_resolves_to() -> None:
     for res in recorded:
         name = f"{res.dataset.name}/{res.row.name}"
         assert res.status in ("partial", "complete"), (name, res.status, res.problem)
-        if "p_stage2" in (res.run.config["pipeline"]["params"] if res.run else {}):
+        if "p_stage2" in (res.run.config.pipeline["params"] if res.run else {}):
             # a control recorded with the chance per judged sentence, which the per-claim chance replaced: the
             # table says it was made with another config, until it is run again
             assert "params.p_stage2 (0.1 -> None)" in res.problem, name

@@ -13,6 +13,7 @@ costs; ``quco.eval.render.results`` renders them.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import shlex
@@ -389,7 +390,7 @@ def collect(plan: Plan, n_boot: int = 10_000) -> list[RowResult]:
                 except QucoError as exc:
                     res.status, res.problem = "unreadable", str(exc)
                 else:
-                    run.config = {**run.config, "label": row.title}
+                    run.config = dataclasses.replace(run.config, label=row.title)
                     restricted = _restricted(run, ids)
                     if restricted.records:  # a run started with nothing recorded yet stays "not run"
                         res.run = restricted

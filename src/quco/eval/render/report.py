@@ -7,6 +7,7 @@ attached to an issue, or opened offline. Plots use matplotlib's object API (no p
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
 import json
@@ -381,7 +382,7 @@ def write_report(
     names = [r.name for r in runs]
     if len(set(names)) != len(names):  # two dirs with the same name (e.g. a/run and b/run): use their paths
         for r in runs:
-            r.config = {**r.config, "label": str(r.dir)}
+            r.config = dataclasses.replace(r.config, label=str(r.dir))
     summaries = {r.name: summarize(r, n_boot=n_boot) for r in runs}
     datasets = sorted({f"{r.dataset.name} ({(r.dataset.sha256 or '')[:8]})" for r in runs})
     plots = [_plot_efficiency(runs), _plot_runtime(runs), _plot_em_by_retrievals(runs)]
