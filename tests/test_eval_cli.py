@@ -71,8 +71,8 @@ def test_compare_and_report_commands(tmp_path: Path) -> None:
 
 
 def test_summary_command_tabulates_runs_on_the_same_questions(tmp_path: Path) -> None:
-    from quco.eval.score.summary import summary_rows
     from quco.eval.run.runner import EvalOptions, Questions, run_eval
+    from quco.eval.score.summary import summary_rows
     from test_eval_report import _answerer
 
     for method, p, limit in (("wo-rag", 0.1, 12), ("sr-rag", 0.6, 8)):
@@ -96,8 +96,8 @@ def test_summary_command_tabulates_runs_on_the_same_questions(tmp_path: Path) ->
 def test_summary_shows_main_only_costs_and_quco_firing_rates(tmp_path: Path) -> None:
     """Main-only calls and tokens (the papers' #Call/#Tok) stand beside all-role totals; a QuCo-RAG run shows how
     often each stage fired, counted from its trigger records."""
-    from quco.eval.score.summary import summary_rows
     from quco.eval.run.runner import EvalOptions, Questions, run_eval
+    from quco.eval.score.summary import summary_rows
     from quco.signals.corpus import Claim, claim_records
     from quco.trace import Step
     from test_eval_report import _answerer

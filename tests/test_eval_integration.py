@@ -116,7 +116,10 @@ def test_answer_reprompt_is_counted(tmp_path: Path, overrides: dict[str, Any]) -
             assert any("re-prompted" in n for n in rec["trace"]["notes"])
         else:
             assert "answer_reprompt" not in counters["llm_calls"]
-    assert load_run(tmp_path).config.identity["answer_protocol"] == {"name": "published", "max_new_tokens": 128}
+    assert load_run(tmp_path).config.identity["answer_protocol"] == {
+        "name": "published",
+        "max_new_tokens": 128,
+    }
 
 
 def test_reprompt_from_recorded_traces_equals_a_fresh_reprompted_run(

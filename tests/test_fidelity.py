@@ -137,7 +137,10 @@ def test_runner_defaults_to_the_published_protocol_on_its_datasets(tmp_path: Pat
 
     cfg = load_config(CONFIGS / "hotpotqa/sr-rag.yaml")
     run_eval(cfg, "hotpotqa", Questions(limit=0), EvalOptions(out_dir=tmp_path / "h", progress=False))
-    assert load_run(tmp_path / "h").config.identity["answer_protocol"] == {"name": "published", "max_new_tokens": 128}
+    assert load_run(tmp_path / "h").config.identity["answer_protocol"] == {
+        "name": "published",
+        "max_new_tokens": 128,
+    }
     run_eval(cfg, "pubmedqa", Questions(limit=0), EvalOptions(out_dir=tmp_path / "p", progress=False))
     assert load_run(tmp_path / "p").config.identity["answer_protocol"] == {"name": "strict"}
     run_eval(

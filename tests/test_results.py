@@ -115,8 +115,10 @@ def test_a_dataset_that_re_prompts_runs_every_row_with_the_re_prompt(
 
     seen: list[dict] = []
 
-    def fake_eval(*args: object, **kwargs: object) -> object:
-        seen.append(kwargs)
+    def fake_eval(
+        config: object, dataset: object, questions: object, options: object, **kwargs: object
+    ) -> object:
+        seen.append({"options": options, **kwargs})
         raise results.QucoError("stop here")  # the arguments are what this test is about
 
     monkeypatch.setattr(results, "eval_command", fake_eval)
@@ -127,7 +129,7 @@ def test_a_dataset_that_re_prompts_runs_every_row_with_the_re_prompt(
         (planned,) = run_plan(plan, dry_run=True, echo=lambda s: None)
         assert ("--reprompt" in planned.command) == flag
         (failed,) = run_plan(plan, echo=lambda s: None)
-        assert failed.action == "failed" and seen[-1]["reprompt"] is flag
+        assert failed.action == "failed" and seen[-1]["options"].reprompt is flag
 
 
 def test_the_cli_prints_the_headline_plan_and_refuses_a_broken_one(

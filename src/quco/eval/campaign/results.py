@@ -27,6 +27,7 @@ from typing import Any
 from quco.errors import QucoError
 from quco.eval.campaign.plan import DatasetPlan, Plan, PlanError, Row, check_config_notes
 from quco.eval.run.command import eval_command
+from quco.eval.run.runner import EvalOptions, Questions
 from quco.eval.runs.records import Record
 from quco.eval.runs.store import CONFIG_FILE, Run, load_run
 from quco.eval.score.detection import Detection, detection
@@ -237,11 +238,12 @@ def run_plan(
             span = ds.row_span(row)
             cmd = shlex.join(eval_argv(plan, ds, row, config))
             echo(f"{ds.name}/{row.name}: {cmd}")
-            summary = eval_command(
-                config, ds.name, span.limit, span.offset, plan.run_dir(ds, row), plan.workers,
-                sets=row_overrides(plan, ds, row), label=row.title, progress=progress,
-                reprompt=ds.reprompt,
+            options = EvalOptions(
+                out_dir=plan.run_dir(ds, row), workers=plan.workers, reprompt=ds.reprompt, progress=progress,
+                label=row.title,
             )  # fmt: skip
+            questions = Questions(limit=span.limit, offset=span.offset)
+            summary = eval_command(config, ds.name, questions, options, sets=row_overrides(plan, ds, row))
         except QucoError as exc:
             done.append(RowRun(ds.name, row.name, "failed", str(exc)))
             echo(f"{ds.name}/{row.name}: FAILED: {exc}")

@@ -17,7 +17,7 @@ from rich.table import Table
 from quco.cli_support import friendly_errors, out, setup_logging
 from quco.errors import QucoError
 from quco.eval.run.command import eval_command
-from quco.eval.run.runner import RunSummary
+from quco.eval.run.runner import EvalOptions, Questions, RunSummary
 from quco.eval.runs.store import load_run
 from quco.eval.score.stats import SUMMARY_FIELDS, summarize
 from quco.eval.score.summary import (
@@ -135,10 +135,12 @@ def eval_cli(
 ) -> None:
     """Evaluate a method on a dataset: one JSON line per question, resumable, with EM/F1 and every cost."""
     _logging(verbose)
-    summary = eval_command(
-        config, dataset, limit, offset, out_dir, workers, resume, reprompt, set_ or [], method, sample, seed,
-        retry_errors, label, progress, traces_from, strict,
+    options = EvalOptions(
+        out_dir=out_dir, workers=workers, resume=resume, reprompt=reprompt, progress=progress,
+        retry_errors=retry_errors, label=label, traces_from=traces_from, protocol="strict" if strict else None,
     )  # fmt: skip
+    questions = Questions(limit=limit, offset=offset, sample=sample, seed=seed)
+    summary = eval_command(config, dataset, questions, options, set_ or [], method)
     _print_summary(summary)
 
 

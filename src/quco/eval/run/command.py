@@ -27,43 +27,17 @@ def infer_dataset(cfg: PipelineConfig, config_path: Path | None) -> str:
 
 
 def eval_command(
-    config: Path | None = None,
-    dataset: str | None = None,
-    limit: int | None = None,
-    offset: int = 0,
-    out_dir: Path | None = None,
-    workers: int | None = None,
-    resume: bool = True,
-    reprompt: bool = False,
+    config: Path | None,
+    dataset: str | None,
+    questions: Questions,
+    options: EvalOptions,
     sets: Sequence[str] = (),
     method: str | None = None,
-    sample: int | None = None,
-    seed: int = 0,
-    retry_errors: bool = False,
-    label: str | None = None,
-    progress: bool = True,
-    traces_from: Path | None = None,
-    strict: bool = False,
 ) -> RunSummary:
-    """Resolve the config (file + --method + --set), pick the dataset, and run (or resume) the evaluation."""
-    if strict and reprompt:
+    """Resolve the config (file + ``--method`` + ``--set``), pick the dataset (inferred from the config when
+    None), and run (or resume) the evaluation."""
+    if options.protocol == "strict" and options.reprompt:
         raise QucoError("--strict and --reprompt contradict each other; pass one of them")
     overrides = dict(parse_override(s) for s in sets)
     cfg = load_config(config, overrides=overrides, method=method)
-    name = dataset or infer_dataset(cfg, config)
-    return run_eval(
-        cfg,
-        name,
-        Questions(limit=limit, offset=offset, sample=sample, seed=seed),
-        EvalOptions(
-            out_dir=out_dir,
-            workers=workers,
-            resume=resume,
-            reprompt=reprompt,
-            progress=progress,
-            retry_errors=retry_errors,
-            label=label,
-            traces_from=traces_from,
-            protocol="strict" if strict else None,
-        ),
-    )
+    return run_eval(cfg, dataset or infer_dataset(cfg, config), questions, options)
