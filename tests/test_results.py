@@ -489,7 +489,7 @@ def test_run_then_tabulate_end_to_end_on_the_default_model(
     theta = yaml.safe_load(calibrated)["params"]["entity_threshold"]
     assert quco.config.pipeline["params"]["entity_threshold"] == theta
     assert random.config.pipeline["params"]["match_run"] == str(runs / "quco")
-    traces = [r["trace"] for r in quco.records]
+    traces = [r.trace for r in quco.records]
     p1 = stage_rate(traces, "before").per_step
     draws = [t for r in random.records for s in r.trace["steps"] for t in s.get("triggers", [])
              if t.get("param") == "p_stage1"]  # fmt: skip
