@@ -128,8 +128,8 @@ class QuCoRandom(QuCoRAG):
         stage1, claims = question_rate(traces), claim_rate(traces)
         return Matched(
             {"p_stage1": stage1.per_question, "p_claim": claims.per_claim},
-            f"{stage1.fired} of {stage1.questions} questions with an entity "
-            f"({stage1.without_entities} without), {claims.flagged} of {claims.claims} claims",
+            f"stage 1 retrieved for {stage1.fired} of the {stage1.questions} questions with an entity "
+            f"({stage1.without_entities} had none), stage 2 flagged {claims.flagged} of {claims.claims} claims",
         )
 
     def setup(self, parts: Any) -> None:
