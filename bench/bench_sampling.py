@@ -9,7 +9,7 @@ then the hidden state of each; the black-box trigger: 10 at T = 1.0). The llama.
 Each method answers the same HotpotQA dev questions once per mode, in that order, with one pipeline (the model
 is loaded once), on the evaluation model:
 
-    python bench/bench_sampling.py [--questions 2] [--model qwen2.5-1.5b-instruct] [--methods seakr,blackbox]
+    python bench/bench_sampling.py [--questions 2] [--model qwen2.5-coder-1.5b-instruct] [--methods seakr,blackbox]
                                    [--seakr-config configs/hotpotqa/seakr.yaml] [--threads N]
                                    [--blackbox-config configs/blackbox/eccentricity-jaccard.yaml]
 
@@ -43,7 +43,7 @@ from quco.datasets import load_dataset  # noqa: E402
 from quco.pipeline import Pipeline  # noqa: E402
 from quco.prompts import build_prompt  # noqa: E402
 
-MODEL = "qwen2.5-1.5b-instruct"
+MODEL = "qwen2.5-coder-1.5b-instruct"
 MODES = {"sequential": False, "batched": True}
 # The method's entry point that makes one check's LLM calls (samples, and SeaKR's hidden-state reads).
 CHECK_CALL = {"seakr": "_uncertainty", "blackbox": "sample"}

@@ -6,7 +6,7 @@ seeds on one llama.cpp model: the samples decoded one after another (generator.s
 Batched decoding rounds in other last bits than a lone sequence, so where two tokens are nearly tied a seed can
 draw another one: the scores should agree within that noise, not bit for bit.
 
-    python bench/bench_sampling_scores.py [--checks 20] [--model qwen2.5-1.5b-instruct]
+    python bench/bench_sampling_scores.py [--checks 20] [--model qwen2.5-coder-1.5b-instruct]
                                           [--config configs/hotpotqa/seakr.yaml] [--threads N]
 
 It prints the scores' quantiles and mean in each mode, the paired differences, how many samples are identical,
@@ -32,7 +32,7 @@ from quco.prompts import build_prompt
 from quco.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = "qwen2.5-1.5b-instruct"
+MODEL = "qwen2.5-coder-1.5b-instruct"
 
 
 def describe(name: str, values: list[float]) -> str:

@@ -64,6 +64,8 @@ class CallLog:
     max_new_tokens: list[int] = field(default_factory=list)
     searches: int = 0
     queries: list[str] = field(default_factory=list)
+    prompts: list[str] = field(default_factory=list)  # every prompt generated from
+    passages: list[list[str]] = field(default_factory=list)  # the ids of every search's passages, per query
 
 
 class RecordingGenerator:
@@ -82,6 +84,7 @@ class RecordingGenerator:
 
     def generate(self, prompt: str, **kwargs: Any) -> list[Generation]:
         outs = self.inner.generate(prompt, **kwargs)
+        self.log.prompts.append(str(prompt))
         self.log.sequences += len(outs)
         self.log.generated_tokens += sum(len(o.token_ids) for o in outs)
         self.log.prompt_tokens += sum(o.prompt_tokens for o in outs)
@@ -104,7 +107,9 @@ class RecordingRetriever:
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         self.log.searches += 1
         self.log.queries.extend(queries)
-        return self.inner.search(queries, k)
+        found = self.inner.search(queries, k)
+        self.log.passages.extend([p.id for p in ps] for ps in found)
+        return found
 
 
 @dataclass
@@ -143,10 +148,21 @@ def build(overrides: dict) -> Iterator[Any]:
     The process loads the model once (pipelines share it); each bundle wraps it in its own recorder.
     """
 
-    def make(method: str, params: dict | None = None, drop: frozenset[Capability] = frozenset()) -> Bundle:
+    def make(
+        method: str,
+        params: dict | None = None,
+        drop: frozenset[Capability] = frozenset(),
+        config: Path | None = None,
+    ) -> Bundle:
+        """``config``: a config file whose parameters ``params`` override one by one (default: the defaults)."""
         log = CallLog()
         model = shared_generator(GeneratorConfig())
-        cfg = load_config(overrides={**overrides, "params": params or {}}, method=method)
+        if config is None:
+            cfg = load_config(overrides={**overrides, "params": params or {}}, method=method)
+        else:
+            dotted = {f"params.{k}": v for k, v in (params or {}).items()}
+            cfg = load_config(config, overrides={**overrides, **dotted})
+            assert cfg.method == method, config
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(quco.pipeline, "shared_generator", lambda _cfg: RecordingGenerator(model, log, drop))
             pipe = Pipeline.from_config(cfg, progress=False)
@@ -468,32 +484,48 @@ def test_random_trigger_draws_are_seeded_per_question(
 
 
 def test_quco_random_control_differs_from_quco_only_in_decisions(build: Any, hotpot_dev: list[dict]) -> None:
-    """QuCo-RAG flagging every claim (its thresholds at infinity) and its control flagging every claim (p_claim 1):
-    both fire on the same sentences, so everything but the decisions' evidence must be the same: drafts, the
-    claims judged, the queries (one per flagged claim, question + head + relation), passages, regenerations,
-    kept text, answer, LLM calls and tokens, retrievals. Only QuCo-RAG looks counts up."""
+    """configs/hotpotqa/quco.yaml with its thresholds at infinity (a question with an entity retrieves, every claim
+    is flagged) and its control, configs/hotpotqa/quco-random.yaml, with both chances at 1, on the query and
+    passage rules of the calibrated rows (question + head + relation, merged): both fire on the same questions and
+    sentences, so everything but the decisions' evidence must be the same: every prompt the model reads, drafts,
+    the entities and claims judged, the queries (the question at stage 1; one per flagged claim at stage 2),
+    the passages, regenerations, kept text, answer, LLM calls and tokens by role, retrievals. Only QuCo-RAG
+    looks counts up."""
     from quco.eval.score.identity import compare_question
 
-    options = {"stage1": False, "sentence_query": "question_head_relation", "stage2_passages": "merge"}
-    quco = build("quco", options | {"cooccurrence_threshold": math.inf, "head_threshold": math.inf})
-    control = build("quco-random", options | {"p_claim": 1.0, "seed": 5})
-    same_sentence = 0
+    options = {"sentence_query": "question_head_relation", "stage2_passages": "merge"}
+    infinite = {"entity_threshold": math.inf, "cooccurrence_threshold": math.inf, "head_threshold": math.inf}
+    quco = build("quco", options | infinite, config=CONFIGS / "hotpotqa" / "quco.yaml")
+    chances = {"p_stage1": 1.0, "p_claim": 1.0, "seed": 5}
+    control = build("quco-random", options | chances, config=CONFIGS / "hotpotqa" / "quco-random.yaml")
+    same_sentence = stage1 = 0
     for row in hotpot_dev[:3]:
-        a, b = quco.answer(row["question"]), control.answer(row["question"])
+        question = row["question"]
+        a, b = quco.answer(question), control.answer(question)
         check_common(a)
         check_common(b)
+        assert a.log.prompts == b.log.prompts and a.log.prompts  # the same prompts, passages included
+        assert a.log.queries == b.log.queries and a.log.passages == b.log.passages
         differences, _, steps = compare_question(
             Record.from_dict({"trace": a.trace.to_dict()}),
             Record.from_dict({"trace": b.trace.to_dict()}),
             ignore=("triggers", "signals", "reason", "method", "corpus_queries", "corpus_unknown"),
         )
         assert differences == [] and steps == len(a.trace.steps)
+        # stage 1: the same entities; both retrieve with the question when there is one, neither when there is none
+        x, y = a.trace.steps[0], b.trace.steps[0]
+        entities = x.signals["entities"]
+        assert x.stage == y.stage == "before" and entities == y.signals["entities"]
+        assert x.decision == y.decision == ("retrieve" if entities else "skip")
+        if x.decision == "retrieve":
+            assert x.queries == y.queries == [question]
+            stage1 += 1
         claims_judged = 0
         for x, y in zip(generate_steps(a), generate_steps(b), strict=True):
             judged = [[c["triplet"] for c in s.get("claims", [])] for s in x.signals["sentences"]]
             assert judged == [[c["triplet"] for c in s.get("claims", [])] for s in y.signals["sentences"]]
             claims_judged += sum(map(len, judged))
-        assert (a.trace.counters.corpus_queries > 0) == (claims_judged > 0)
+        assert (a.trace.counters.corpus_queries > 0) == (claims_judged > 0 or bool(entities))
         assert b.trace.counters.corpus_queries == 0
         for x, y in zip(generate_steps(a), generate_steps(b), strict=True):
             if x.decision != "retrieve":
@@ -502,12 +534,11 @@ def test_quco_random_control_differs_from_quco_only_in_decisions(build: Any, hot
             assert y.signals["flagged_sentence"] == sentence
             claims = next(s["claims"] for s in y.signals["sentences"] if s["sentence"] == sentence)
             assert claims and all(c["flagged"] for c in claims)
-            heads = list(
-                dict.fromkeys(f"{row['question']} {c['triplet'][0]} {c['triplet'][1]}" for c in claims)
-            )
+            heads = list(dict.fromkeys(f"{question} {c['triplet'][0]} {c['triplet'][1]}" for c in claims))
             assert x.queries == y.queries == heads  # one query per flagged claim, QuCo-RAG's form
             same_sentence += 1
-    assert same_sentence >= 1, "no question fired, so nothing was compared"
+    assert stage1 >= 1, "stage 1 retrieved for no question, so it was not compared"
+    assert same_sentence >= 1, "no sentence fired, so stage 2 was not compared"
 
 
 def test_random_trigger_with_the_black_box_loop(build: Any, hotpot_dev: list[dict]) -> None:

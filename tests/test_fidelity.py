@@ -321,8 +321,7 @@ def test_calibrate_quco_stage_one_from_its_records(real_parts, tmp_path: Path) -
 
 
 def test_random_control_on_quco_loop_matched_per_stage(real_parts, tmp_path: Path) -> None:
-    from quco.methods.quco_random import claim_rate
-    from quco.signals.chance import stage_rate
+    from quco.methods.quco_random import claim_rate, question_rate
 
     draft = "Scott Derrickson was born in Stockholm. So the answer is no."
     regenerated = (
@@ -333,7 +332,8 @@ def test_random_control_on_quco_loop_matched_per_stage(real_parts, tmp_path: Pat
     results = tmp_path / "quco" / "results.jsonl"
     results.parent.mkdir()
     results.write_text(json.dumps({"id": "1", "trace": trace.to_dict()}) + "\n", "utf-8")
-    stage1, claims = stage_rate([trace], "before"), claim_rate([trace])
+    stage1, claims = question_rate([trace]), claim_rate([trace])
+    assert (stage1.questions, stage1.without_entities) == (1, 0) and trace.steps[0].signals["entities"]
     judged = [
         c
         for s in trace.steps
@@ -348,7 +348,7 @@ def test_random_control_on_quco_loop_matched_per_stage(real_parts, tmp_path: Pat
         update={"method": "quco-random", "params": {"match_run": str(results.parent), "seed": 3}}
     )
     resolved, rates = matched_config(unresolved)
-    assert rates == {"p_stage1": stage1.per_step, "p_claim": claims.per_claim}
+    assert rates == {"p_stage1": stage1.per_question, "p_claim": claims.per_claim}
     assert "match_run" not in resolved.params and resolved.params["seed"] == 3
     with pytest.raises(ConfigError, match="match_run"):
         method_class("quco-random")(unresolved.params).setup(None)
@@ -357,7 +357,7 @@ def test_random_control_on_quco_loop_matched_per_stage(real_parts, tmp_path: Pat
         **resolved.params,
     )  # fmt: skip
     method = pipe.method
-    assert (method.p1, method.p2) == (stage1.per_step, claims.per_claim)
+    assert (method.p1, method.p2) == (stage1.per_question, claims.per_claim)
     answered = pipe.answer(QUESTION)
     before = answered.steps[0]
     assert (before.triggers[0].signal, before.triggers[0].param, before.triggers[0].threshold) == (
@@ -369,6 +369,29 @@ def test_random_control_on_quco_loop_matched_per_stage(real_parts, tmp_path: Pat
     for step in answered.steps[1:]:
         for record in step.triggers:
             assert record.param == "p_claim" and record.threshold == method.p2
+
+
+def test_random_control_draws_only_for_questions_with_entities(real_parts) -> None:
+    """Stage 1 draws only for a question in which QuCo-RAG's extractor finds an entity (QuCo-RAG cannot retrieve
+    for one without), and the matched rate is over those questions."""
+    from quco.methods.quco_random import question_rate
+
+    bare = "is it so?"
+    pipe, _ = make_pipeline(real_parts, "quco-random", ["So the answer is yes."], p_stage1=1.0, stage2=False)
+    trace = pipe.answer(bare)
+    before = trace.steps[0]
+    assert before.signals["entities"] == [] and before.decision != "retrieve"
+    assert before.triggers[0].scores == [None] and trace.counters.retrievals == 0
+    pipe, _ = make_pipeline(real_parts, "quco-random", ["So the answer is yes."], p_stage1=1.0, stage2=False)
+    fired = pipe.answer(QUESTION)
+    assert fired.steps[0].signals["entities"] and fired.steps[0].queries == [QUESTION]
+    quco, _ = make_pipeline(
+        real_parts, "quco", ["So the answer is yes."] * 2, entity_threshold=1e12, stage2=False
+    )
+    runs = [quco.answer(bare), quco.answer(QUESTION)]
+    assert [t.steps[0].decision == "retrieve" for t in runs] == [False, True]
+    rate = question_rate(runs)
+    assert (rate.questions, rate.fired, rate.without_entities, rate.per_question) == (1, 1, 1, 1.0)
 
 
 def test_random_control_draws_only_for_claims_and_queries_as_quco(real_parts) -> None:

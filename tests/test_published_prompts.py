@@ -193,3 +193,140 @@ def test_published_sources_are_read_from_the_data_directory(
     monkeypatch.setenv("QUCO_DATA_DIR", str(tmp_path))
     with pytest.raises(ConfigError, match="set QUCO_DATA_DIR"):
         load_template.__wrapped__("published:llama-2")
+
+
+# -- the first prompts written out in full -----------------------------------------------------------------------
+# Written from reading the published code, not from ours: src/data.py (the first 8 HotpotQA and 6 WikiMultiHopQA
+# exemplars, a shot as "Question: {q}\nAnswer: {cot} So the answer is {answer}.", HotpotQA's test line with its
+# instruction prefix), src/generate_quco.py (QuCo_RAG.inference: "Examples:\n", each shot followed by "\n", the
+# "initial" section's context header, "[i] doc" lines and post_doc only when stage 1 retrieved, then its
+# instruction, then the question line) and src/prompt_templates.json ("new_prompt_v1"). The HotpotQA exemplar
+# answer "The Phantom Hour." keeps its own full stop, so that shot ends "..". The three passages are the ones of
+# TINY_CORPUS below, in BM25's order, each as its text alone (the published retriever returns the "txt" field).
+
+HOTPOTQA_DEV0_FIRST_PROMPT = (
+    "Examples:\n"
+    "Question: Jeremy Theobald and Christopher Nolan share what profession?\n"
+    "Answer: Jeremy Theobald is an actor and producer. Christopher Nolan is a director, producer, and"
+    " screenwriter. Therefore, they both share the profession of being a producer. So the answer is "
+    "producer.\n"
+    "Question: What film directed by Brian Patrick Butler was inspired by a film directed by F.W. "
+    "Murnau?\n"
+    "Answer: Brian Patrick Butler directed the film The Phantom Hour. The Phantom Hour was inspired "
+    "by the films such as Nosferatu and The Cabinet of Dr. Caligari. Of these Nosferatu was directed "
+    "by F.W. Murnau. So the answer is The Phantom Hour..\n"
+    "Question: How many episodes were in the South Korean television series in which Ryu Hye-young "
+    "played Bo-ra?\n"
+    "Answer: The South Korean television series in which Ryu Hye-young played Bo-ra is Reply 1988. "
+    "The number of episodes Reply 1988 has is 20. So the answer is 20.\n"
+    "Question: Were Lonny and Allure both founded in the 1990s?\n"
+    "Answer: Lonny (magazine) was founded in 2009. Allure (magazine) was founded in 1991. Thus, of "
+    "the two, only Allure was founded in 1990s. So the answer is no.\n"
+    'Question: Vertical Limit stars which actor who also played astronaut Alan Shepard in "The Right '
+    'Stuff"?\n'
+    'Answer: The actor who played astronaut Alan Shepard in "The Right Stuff" is Scott Glenn. The '
+    "movie Vertical Limit also starred Scott Glenn. So the answer is Scott Glenn.\n"
+    "Question: What was the 2014 population of the city where Lake Wales Medical Center is located?\n"
+    "Answer: Lake Wales Medical Center is located in the city of Polk County, Florida. The population"
+    " of Polk County in 2014 was 15,140. So the answer is 15,140.\n"
+    "Question: Who was born first? Jan de Bont or Raoul Walsh?\n"
+    "Answer: Jan de Bont was born on 22 October 1943. Raoul Walsh was born on March 11, 1887. Thus, "
+    "Raoul Walsh was born the first. So the answer is Raoul Walsh.\n"
+    "Question: In what country was Lost Gravity manufactured?\n"
+    "Answer: The Lost Gravity (roller coaster) was manufactured by Mack Rides. Mack Rides is a German"
+    " company. So the answer is Germany.\n"
+    "\n"
+    "Background information that may be potentially useful in addressing your question:\n"
+    "[1] Scott Derrickson is an American director. The nationality of Scott Derrickson is American.\n"
+    "[2] Ed Wood was an American filmmaker.\n"
+    "[3] Nationality is a legal relationship between a person and a state.\n"
+    "\n"
+    "\n"
+    "Please answer the following questions. The format of the answers should be the same as the "
+    "examples given before. Specifically, you need to think through the answer to this question step "
+    "by step. Each sentence should only present a fact statement. Avoid using pronouns like He/She/It"
+    " or possessive pronouns like His/Her/Its, but instead use specific names. At the end of your "
+    'answer, use "So the answer is" to provide your answer.\n'
+    "Answer the following question following the format of the example above.\n"
+    "Question: Were Scott Derrickson and Ed Wood of the same nationality?\n"
+    "Answer:"
+)
+
+WIKI_DEV0_FIRST_PROMPT = (
+    "Examples:\n"
+    "Question: When did the director of film Hypocrite (Film) die?\n"
+    "Answer: The film Hypocrite was directed by Miguel Morayta. Miguel Morayta died on 19 June 2013. "
+    "So the answer is 19 June 2013.\n"
+    "Question: Are both Kurram Garhi and Trojkrsti located in the same country?\n"
+    "Answer: Kurram Garhi is located in the country of Pakistan. Trojkrsti is located in the country "
+    "of Republic of Macedonia. Thus, they are not in the same country. So the answer is no.\n"
+    "Question: Do director of film Coolie No. 1 (1995 Film) and director of film The Sensational "
+    "Trial have the same nationality?\n"
+    "Answer: Coolie No. 1 (1995 film) was directed by David Dhawan. The Sensational Trial was "
+    "directed by Karl Freund. David Dhawan's nationality is India. Karl Freund's nationality is "
+    "Germany. Thus, they do not have the same nationality. So the answer is no.\n"
+    "Question: Who is Boraqchin (Wife Of Ögedei)'s father-in-law?\n"
+    "Answer: Boraqchin is married to Ögedei Khan. Ögedei Khan's father is Genghis Khan. Thus, "
+    "Boraqchin's father-in-law is Genghis Khan. So the answer is Genghis Khan.\n"
+    "Question: Who was born first out of Martin Hodge and Ivania Martinich?\n"
+    "Answer: Martin Hodge was born on 4 February 1959. Ivania Martinich was born on 25 July 1995. "
+    "Thus, Martin Hodge was born first. So the answer is Martin Hodge.\n"
+    "Question: When did the director of film Laughter In Hell die?\n"
+    "Answer: The film Laughter In Hell was directed by Edward L. Cahn. Edward L. Cahn died on August "
+    "25, 1963. So the answer is August 25, 1963.\n"
+    "\n"
+    "Please answer the following questions. The format of the answers should be the same as the "
+    "examples given before. Specifically, you need to think through the answer to this question step "
+    "by step. Each sentence should only present a fact statement. Avoid using pronouns like He/She/It"
+    " or possessive pronouns like His/Her/Its, but instead use specific names. At the end of your "
+    'answer, use "So the answer is" to provide your answer.\n'
+    "Question: Who is the mother of the director of film Polish-Russian War (Film)?\n"
+    "Answer:"
+)
+
+# HOTPOTQA_DEV0_FIRST_PROMPT without passages: the faithful preset's first prompt when stage 1 does not fire (as in
+# the realistic world, where HotpotQA dev 0's mean entity rate, 440 per billion tokens, is above 21.7).
+HOTPOTQA_PASSAGE_BLOCK = (
+    "\n"
+    "Background information that may be potentially useful in addressing your question:\n"
+    "[1] Scott Derrickson is an American director. The nationality of Scott Derrickson is American.\n"
+    "[2] Ed Wood was an American filmmaker.\n"
+    "[3] Nationality is a legal relationship between a person and a state.\n"
+    "\n"
+)
+TINY_CORPUS = [  # titles that appear nowhere in the texts, so a title in the prompt would show
+    {"id": "a", "title": "Derrickson (film director)", "text": "Scott Derrickson is an American director. "
+     "The nationality of Scott Derrickson is American."},
+    {"id": "b", "title": "Wood (filmmaker)", "text": "Ed Wood was an American filmmaker."},
+    {"id": "c", "title": "Citizenship law", "text": "Nationality is a legal relationship between a person and "
+     "a state."},
+]  # fmt: skip
+
+
+def test_first_prompts_written_out_in_full(tmp_path: Path) -> None:
+    """The faithful preset's first prompt, as the real default model receives it, against the text above: HotpotQA
+    dev 0 with stage 1 retrieving (threshold raised) over a three-passage corpus and with stage 1 not firing,
+    and 2WikiMultihopQA dev 0 (stage 1 not firing)."""
+    corpus = tmp_path / "tiny.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in TINY_CORPUS), encoding="utf-8")
+    tiny = {
+        "retriever.corpus": str(corpus),
+        "retriever.index_dir": str(tmp_path / "bm25"),
+        "corpus_stats.corpus": str(corpus),
+        "corpus_stats.index_dir": str(tmp_path / "infini"),
+        "generation.max_new_tokens": 4,
+        "generation.max_steps": 1,
+    }
+    hotpot = load_dataset("hotpotqa", limit=1)[0].question
+    assert hotpot == "Were Scott Derrickson and Ed Wood of the same nationality?"
+    config = WORLD / "hotpotqa" / "quco-published.yaml"
+    prompt, _ = first_prompt(config, tiny | {"params.entity_threshold": float("inf")}, hotpot)
+    assert prompt == HOTPOTQA_DEV0_FIRST_PROMPT
+    prompt, _ = first_prompt(config, tiny | {"params.stage1": False}, hotpot)
+    assert HOTPOTQA_PASSAGE_BLOCK in HOTPOTQA_DEV0_FIRST_PROMPT
+    assert prompt == HOTPOTQA_DEV0_FIRST_PROMPT.replace(HOTPOTQA_PASSAGE_BLOCK, "")
+    wiki = load_dataset("2wikimultihopqa", limit=1)[0].question
+    assert wiki == "Who is the mother of the director of film Polish-Russian War (Film)?"
+    config = WORLD / "2wikimultihopqa" / "quco-published.yaml"
+    prompt, _ = first_prompt(config, tiny | {"params.stage1": False}, wiki)
+    assert prompt == WIKI_DEV0_FIRST_PROMPT

@@ -167,13 +167,17 @@ class QuCoRAG(Method):
         return ctx.parts.config.corpus_stats.unknown_policy == "retrieve"
 
     # -- stage 1 -------------------------------------------------------------------------------------
+    def question_entities(self, question: str, ctx: RunContext) -> list[str]:
+        """Stage 1's entities of the question, once each (none: stage 1 cannot retrieve)."""
+        with ctx.timed("extraction"):
+            entities = ctx.parts.text.entities.question_entities(question, ctx.llm_call("extractor"))
+        return list(dict.fromkeys(e for e in entities if e.strip()))
+
     def before(self, question: str, ctx: RunContext) -> Decision | None:
         p = self.params
         if not p.stage1:
             return None
-        with ctx.timed("extraction"):
-            entities = ctx.parts.text.entities.question_entities(question, ctx.llm_call("extractor"))
-        entities = list(dict.fromkeys(e for e in entities if e.strip()))
+        entities = self.question_entities(question, ctx)
         signals: dict[str, Any] = {"entities": entities}
         results = ctx.count(entities)
         if results:
