@@ -413,6 +413,7 @@ def test_a_matched_control_records_its_rates_and_a_changed_matched_run_changes_i
         low = int(hashlib.sha256(question.encode()).hexdigest(), 16) % 2
         record = TriggerRecord.decide("mean_entity_count", "below", 10.0, [5.0 if low else 50.0], "question")
         trace.steps[0].triggers = [record]
+        trace.steps[0].signals = {"entities": ["X"]}  # as QuCo-RAG's stage 1 records them: rates count these
         return trace
 
     matched = tmp_path / "quco"

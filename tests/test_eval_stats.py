@@ -187,10 +187,10 @@ def test_runtime_cost_groups_and_claim_rates() -> None:
 
 
 def test_trigger_sweep_replays_recorded_scores() -> None:
-    def rec(qid: str, scores: list[float]) -> dict[str, Any]:
+    def rec(qid: str, scores: list[float]) -> Record:
         r = _rec(qid, 1.0)
         record = TriggerRecord.decide("token_uncertainty", "above", 0.5, scores, "sentence")
-        r["trace"]["steps"] = [{"index": 0, "stage": "generate", "triggers": [record.to_dict()]}]
+        r.trace["steps"] = [{"index": 0, "stage": "generate", "triggers": [record.to_dict()]}]
         return r
 
     run = _run("flare", [rec("a", [0.2, 0.7]), rec("b", [0.1, 0.3])], "flare")

@@ -314,7 +314,7 @@ def test_a_run_recorded_under_the_earlier_name_resumes_under_the_new_one(tmp_pat
     recorded = root / "results" / "headline" / "hotpotqa" / "wo-rag"
     raw = yaml.safe_load((recorded / "config.yaml").read_text(encoding="utf-8"))
     assert raw["pipeline"]["generator"]["model"] == "qwen2.5-1.5b-instruct"  # as it was recorded
-    assert read_config(recorded)["pipeline"]["generator"]["model"] == "qwen2.5-coder-1.5b-instruct"
+    assert read_config(recorded).pipeline["generator"]["model"] == "qwen2.5-coder-1.5b-instruct"
     out = tmp_path / "wo-rag"
     shutil.copytree(recorded, out)
     config = root / "configs" / "world" / "hotpotqa" / "wo-rag.yaml"

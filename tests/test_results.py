@@ -91,6 +91,7 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
         published = (
             {"wo-rag-published", "sr-rag-published", "quco-published-random"} if ds != "pubmedqa" else set()
         )
+        published |= {"gate-b90"} if ds == "hotpotqa" else set()  # the gate at a second budget
         assert set(cmds) == {"wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "quco", "quco-published", "quco-llm",
                              "quco-random", "dragin", "seakr", "gate"} | published  # fmt: skip
         for row, cmd in cmds.items():
@@ -146,7 +147,7 @@ def test_the_cli_prints_the_headline_plan_and_refuses_a_broken_one(
     fresh = _write(tmp_path / "headline.yaml", spec)
     shown = CliRunner().invoke(app, ["results", "run", str(fresh), "--dry-run", "--dataset", "hotpotqa"])
     assert shown.exit_code == 0, shown.output
-    assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 15
+    assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 16
     assert "(after 'quco' completes)" in shown.output
     assert "(after 'quco-published' completes)" in shown.output
     bad = _write(
@@ -498,9 +499,7 @@ def test_run_then_tabulate_end_to_end_on_the_default_model(
         assert len(run.records) == 2 and not any(r.error for r in run.records)
     # The first-draft test reads the real traces: one draft per question whose drafts a trigger judged.
     judged = [
-        r
-        for r in quco.records
-        if any(s["stage"] == "generate" and s["triggers"] for s in r["trace"]["steps"])
+        r for r in quco.records if any(s["stage"] == "generate" and s["triggers"] for s in r.trace["steps"])
     ]
     assert judged, "QuCo-RAG judged no draft of the two questions"
     assert len(first_draft_checks(quco)) == len(judged)
@@ -650,7 +649,12 @@ def test_the_results_page_fits_the_window_and_shows_each_figure(tmp_path: Path) 
     plan = load_plan(_write(tmp_path / "plan.yaml", spec))
     runs = tmp_path / "runs" / "hotpotqa"
     for name, p, limit in (("wo-rag", 0.2, N), ("sr-rag", 0.4, N), ("quco", 0.6, N), ("random", 0.5, 4)):
-        run_eval(_answerer(name, p), "hotpotqa", limit=limit, out_dir=runs / name, progress=False)
+        run_eval(
+            _answerer(name, p),
+            "hotpotqa",
+            Questions(limit=limit),
+            EvalOptions(out_dir=runs / name, progress=False),
+        )
     results, written = table(plan, "plan.yaml", reports=False, n_boot=200)
 
     figure = docs / "figures" / "results-hotpotqa.png"
