@@ -31,7 +31,7 @@ from quco.eval.gate.frontier import (
     point,
     random_gate,
 )
-from quco.eval.render.figures import mark_method, new_axes, save
+from quco.eval.render.figures import mark_method, new_axes, place_labels, save
 from quco.eval.score.stats import Interval, PairedResult, auc_value, auroc, paired_test
 from quco.methods.gate import FEATURES
 from quco.signals.gate_model import GateModel
@@ -399,7 +399,12 @@ def figure(report: FrontierReport, path: str | Path, lines_for: Sequence[str] | 
             colors[key] = ax.plot(xs, ys, label=label, **style)[0].get_color()
         if row.chosen is not None:
             ax.plot([row.chosen.rate], [100 * row.chosen.em], "o", color=colors[key], ms=7)
+    # Methods at the same cost and score share one label, so that none is printed over another.
+    spots: dict[tuple[float, float], list[str]] = {}
     for label, (em, _f1, r) in report.methods.items():
-        mark_method(ax, r, 100 * em, label)
-    title = f"{report.dataset}: closed-book answer or one retrieval, decided per question (n={n})"
+        spots.setdefault((round(r, 3), round(100 * em, 2)), []).append(label)
+    labels = [mark_method(ax, r, em, ", ".join(names)) for (r, em), names in spots.items()]
+    fig.canvas.draw()
+    place_labels(fig, ax, labels)
+    title = f"{report.dataset}: closed-book or one retrieval, per question (n={n})"
     return save(fig, ax, path, title)

@@ -87,7 +87,7 @@ def gate_sections(plan: Plan, results: Sequence[Any], n_boot: int = 2000) -> lis
             )
             continue
         points = _points(ds, results, set(ev.ids))
-        titles = {row.name: row.title for row in ds.rows}
+        titles = {row.name: row.short_title for row in ds.rows}  # as in the results figures
         report = build_report(
             data,
             (ds.calibration.offset, ds.calibration.end),
