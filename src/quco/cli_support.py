@@ -1,6 +1,6 @@
 """What every ``quco`` sub-command shares: its consoles, logging set-up, error handling and Typer app shape.
 
-Sub-commands live with their subsystems (``eval/cli.py``, ``llm/models_cli.py`` …) and import this module,
+Sub-commands live with their subsystems (``eval/cli/``, ``llm/models_cli.py`` …) and import this module,
 never ``quco.cli``, so that no subsystem depends on the top-level command.
 """
 
