@@ -412,6 +412,3 @@ def collect(plan: Plan, n_boot: int = 10_000) -> list[RowResult]:
             res.vs_baseline = _compare(base, res, n_boot)
             res.vs_control = _compare(ctrl, res, n_boot)
     return results
-
-
-# -- rendering ------------------------------------------------------------------------------------------------
