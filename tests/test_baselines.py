@@ -172,6 +172,13 @@ def build(overrides: dict) -> Iterator[Any]:
     yield make
 
 
+def records_file(traces: Sequence[Trace]) -> str:
+    """A results.jsonl of these traces, one record per question (distinct ids: a run keeps one per id)."""
+    return "".join(
+        json.dumps({"id": f"q{i}", "index": i, "trace": t.to_dict()}) + "\n" for i, t in enumerate(traces)
+    )
+
+
 def answer_all(bundle: Bundle, rows: list[dict]) -> list[Run]:
     return [bundle.answer(row["question"]) for row in rows]
 
@@ -419,6 +426,70 @@ def test_etc_trend_signals_decisions_and_query(build: Any, hotpot_dev: list[dict
 # -- FL-RAG / FS-RAG ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.model
+def test_dtr_random_control_differs_from_dtr_only_in_decisions(
+    build: Any, hotpot_dev: list[dict], tmp_path: Path
+) -> None:
+    """configs/world/hotpotqa/dtr.yaml's parameters (dual path over the pipeline's BM25, AIS on the fly) against
+    its control, dtr-random.yaml. DTR at a threshold every answer reaches (0.001 on this model) against the
+    control at p = 1: both retrieve for every question, so the direct answer, the pseudo-passage, the queries,
+    passages, AIS selection, every prompt, the answer and the counts must be the same. DTR never firing (threshold
+    infinity) against p = 0: both answer every question with the direct answer. Then p from a DTR run's rate."""
+    from quco.eval.score.identity import compare_question
+
+    dtr_config, control_config = (
+        CONFIGS / "world" / "hotpotqa" / "dtr.yaml",
+        CONFIGS / "world" / "hotpotqa" / "dtr-random.yaml",
+    )
+    short = {"pseudo_max_new_tokens": 24, "direct_max_new_tokens": 8, "answer_max_new_tokens": 8}
+    pairs = [
+        (
+            build("dtr", short | {"uncertainty_threshold": 0.001}, config=dtr_config),
+            build("dtr-random", short | {"p": 1.0}, config=control_config),
+        ),
+        (
+            build("dtr", short | {"uncertainty_threshold": math.inf}, config=dtr_config),
+            build("dtr-random", short | {"p": 0.0}, config=control_config),
+        ),
+    ]
+    fired = []
+    for (dtr, control), decision in zip(pairs, ("retrieve", "skip"), strict=True):
+        for row in hotpot_dev[:2]:
+            a, b = dtr.answer(row["question"]), control.answer(row["question"])
+            assert a.log.prompts == b.log.prompts and a.log.prompts
+            assert a.log.queries == b.log.queries and a.log.passages == b.log.passages
+            differences, _, steps = compare_question(
+                Record.from_dict({"trace": a.trace.to_dict()}),
+                Record.from_dict({"trace": b.trace.to_dict()}),
+                ignore=("triggers", "reason", "method", "answer_nll"),  # the evidence: an NLL, a draw
+            )
+            x, y = a.trace.steps[0], b.trace.steps[0]
+            assert x.decision == y.decision == decision
+            # the evidence differs (an NLL against a draw); every other signal is the same
+            assert [d for d in differences if "answer_nll" not in str(d)] == [] and steps == len(
+                a.trace.steps
+            )
+            assert x.signals["direct_answer"] == y.signals["direct_answer"]
+            assert (x.triggers[0].signal, y.triggers[0].signal) == ("answer_nll", "draw")
+            assert y.signals["answer_nll"] == pytest.approx(x.triggers[0].scores[0], abs=1e-5)
+            assert a.trace.counters.llm_calls == b.trace.counters.llm_calls
+            assert (
+                a.trace.counters.retrievals
+                == b.trace.counters.retrievals
+                == (2 if decision == "retrieve" else 0)
+            )
+            assert a.trace.prediction == b.trace.prediction
+            fired.append(a)
+    # p from a DTR run: the share of its questions that retrieved (here one of two)
+    results = tmp_path / "results.jsonl"
+    mixed = [fired[0].trace, fired[-1].trace]
+    results.write_text(records_file(mixed))
+    resolved, rates = matched_config(
+        load_config(control_config, overrides={"params.match_run": str(results)})
+    )
+    assert rates == {"p": 0.5} and resolved.params["p"] == 0.5 and "match_run" not in resolved.params
+
+
 @pytest.mark.parametrize("method", ["fl-rag", "fs-rag"])
 def test_fixed_schedule_retrieves_after_every_unit(method: str, build: Any, hotpot_dev: list[dict]) -> None:
     bundle = build(method, {"fix_length": 16} if method == "fl-rag" else {})
@@ -474,7 +545,7 @@ def test_random_trigger_draws_are_seeded_per_question(
     ]
     # p from another run's observed retrieval rate
     results = tmp_path / "results.jsonl"
-    results.write_text("".join(json.dumps({"trace": r.trace.to_dict()}) + "\n" for r in flare_runs))
+    results.write_text(records_file([r.trace for r in flare_runs]))
     resolved, rates = matched_config(
         load_config(overrides={"params": {"match_run": str(results)}}, method="random")
     )

@@ -106,12 +106,12 @@ def test_params_are_validated() -> None:
 def test_config_files_load() -> None:
     root = Path(__file__).resolve().parents[1] / "configs"
     files = sorted(root.glob("dtr*.yaml")) + sorted((root / "hotpotqa").glob("dtr*.yaml"))
-    files += sorted((root / "world" / "hotpotqa").glob("dtr*.yaml"))
-    assert len(files) >= 10
+    files += sorted((root / "world").glob("*/dtr*.yaml"))
+    assert len(files) >= 18
     for path in files:
         cfg = load_config(path)
-        assert cfg.method == "dtr"
-        DTR(cfg.params)  # parameters valid
+        assert cfg.method == ("dtr-random" if path.stem == "dtr-random" else "dtr"), path
+        method_class(cfg.method)(cfg.params)  # parameters valid
 
 
 # -- end to end ---------------------------------------------------------------------------------------------

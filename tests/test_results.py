@@ -92,19 +92,31 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
             {"wo-rag-published", "sr-rag-published", "quco-published-random"} if ds != "pubmedqa" else set()
         )
         published |= {"gate-b90"} if ds == "hotpotqa" else set()  # the gate at a second budget
-        assert set(cmds) == {"wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "quco", "quco-published", "quco-llm",
-                             "quco-random", "dragin", "seakr", "gate"} | published  # fmt: skip
+        assert set(cmds) == {"wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "dtr", "dtr-cal", "dtr-random",
+                             "quco", "quco-published", "quco-llm", "quco-random", "dragin", "seakr",
+                             "gate"} | published  # fmt: skip
         for row, cmd in cmds.items():
             assert "--set generator.model=qwen2.5-coder-1.5b-instruct" in cmd
             limit = {"seakr": "50"}.get(row, "200")
             assert "--offset 0 --limit " + limit in cmd
             # attention and hidden states (DRAGIN, SeaKR) come from llama.cpp as well
             assert "--set generator.backend=llamacpp" in cmd and "=hf" not in cmd
-            assert "haystack" in cmd or "configs/world/" in cmd
+            # a calibrated row runs its calibrated copy of a world config
+            assert "haystack" in cmd or "configs/world/" in cmd or f"{ds}/{row}.calibrated.yaml" in cmd
         assert f"params.match_run=results/headline/{ds}/quco" in cmds["quco-random"]
         if published:
             assert f"params.match_run=results/headline/{ds}/quco-published" in cmds["quco-published-random"]
         assert "text.entity_extractor=llm" in cmds["quco-llm"]
+        assert f"params.match_run=results/headline/{ds}/dtr-cal" in cmds["dtr-random"]
+        assert "uncertainty_threshold" in cmds["dtr-cal"] and f"configs/world/{ds}/dtr.yaml" in cmds["dtr"]
+        # each row is tested against the control matched to it, else the dataset's; a control against none
+        plan_ds = next(d for d in plan.datasets if d.name == ds)
+        controls = {row.name: plan_ds.control_for(row) for row in plan_ds.rows}
+        assert controls["quco"] == "quco-random" and controls["dtr-cal"] == "dtr-random"
+        assert controls["flare"] == controls["dtr"] == "quco-random"
+        assert controls["quco-random"] is None and controls["dtr-random"] is None
+        if published:
+            assert controls["quco-published"] == "quco-published-random"
         assert all(("--reprompt" in cmd) == (ds == "pubmedqa") for cmd in cmds.values())
     assert all(f"configs/world/pubmedqa/{r}.yaml" in by[("pubmedqa", r)].command for r in ("sr-rag", "quco"))
 
@@ -147,7 +159,7 @@ def test_the_cli_prints_the_headline_plan_and_refuses_a_broken_one(
     fresh = _write(tmp_path / "headline.yaml", spec)
     shown = CliRunner().invoke(app, ["results", "run", str(fresh), "--dry-run", "--dataset", "hotpotqa"])
     assert shown.exit_code == 0, shown.output
-    assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 16
+    assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 18
     assert "(after 'quco' completes)" in shown.output
     assert "(after 'quco-published' completes)" in shown.output
     bad = _write(

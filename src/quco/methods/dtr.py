@@ -29,7 +29,7 @@ from quco.prompts import PromptTemplate, TemplateSection
 from quco.retrieval.base import Passage
 from quco.retrieval.corpus import document_text
 from quco.retrieval.dense import DEFAULT_DENSE_MODEL, DenseRetriever
-from quco.signals.dtr import AisScore, ais_select, ugt_decision
+from quco.signals.dtr import AisScore, TriggerDecision, ais_select, ugt_decision
 from quco.trace import RetrievedRef
 from quco.trigger_record import TriggerRecord
 
@@ -178,15 +178,7 @@ class DTR(Method):
         p = self.params
         signals: dict[str, Any] = {}
         if p.uncertainty_threshold > 0:
-            gen = ctx.generate(
-                DIRECT_PROMPT.format(question=question),
-                max_new_tokens=p.direct_max_new_tokens,
-                stop=["\n"],
-                logprobs=True,
-            )[0]
-            answer = short_answer(gen.text)
-            # quco generators leave the end token out of Generation.logprobs, so nothing is dropped here.
-            trig = ugt_decision(gen.logprobs or [], p.uncertainty_threshold)
+            answer, trig = self.direct_answer(question, ctx, signals)
             record = TriggerRecord.decide(
                 "answer_nll",
                 "at_least",
@@ -194,11 +186,6 @@ class DTR(Method):
                 [trig.uncertainty],
                 "question",
                 param="uncertainty_threshold",
-            )
-            signals.update(
-                direct_answer=answer,
-                answer_tokens=trig.tokens,
-                token_logprobs=[round(x, 5) for x in gen.logprobs or []],
             )
             if not record.fired:
                 reason = f"mean NLL {trig.uncertainty:.4g} < {p.uncertainty_threshold:g}: confident, answered directly"
@@ -220,6 +207,33 @@ class DTR(Method):
                 param="uncertainty_threshold",
             )
             reason = "threshold 0: always retrieve"
+        return self.retrieve(question, ctx, signals, reason, record)
+
+    def direct_answer(
+        self, question: str, ctx: RunContext, signals: dict[str, Any]
+    ) -> tuple[str, TriggerDecision]:
+        """UGT's greedy short answer and its mean NLL; the answer and its log-probabilities go to ``signals``."""
+        gen = ctx.generate(
+            DIRECT_PROMPT.format(question=question),
+            max_new_tokens=self.params.direct_max_new_tokens,
+            stop=["\n"],
+            logprobs=True,
+        )[0]
+        answer = short_answer(gen.text)
+        # quco generators leave the end token out of Generation.logprobs, so nothing is dropped here.
+        trig = ugt_decision(gen.logprobs or [], self.params.uncertainty_threshold)
+        signals.update(
+            direct_answer=answer,
+            answer_tokens=trig.tokens,
+            token_logprobs=[round(x, 5) for x in gen.logprobs or []],
+        )
+        return answer, trig
+
+    def retrieve(
+        self, question: str, ctx: RunContext, signals: dict[str, Any], reason: str, record: TriggerRecord
+    ) -> Decision:
+        """The retrieval of a question UGT sent to retrieval: standard, or both paths (a pseudo-passage first)."""
+        p = self.params
         if p.retrieval == "standard":
             signals["retrieval"] = "standard"
             return Decision(

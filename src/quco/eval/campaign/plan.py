@@ -113,7 +113,8 @@ class DatasetPlan(_Strict):
     limit: int = Field(..., ge=1)
     calibration: Span | None = None  # where calibrated thresholds come from (outside the evaluated questions)
     baseline: str | None = None  # the row every row is tested against (SR-RAG)
-    control: str | None = None  # the matched random control every row is tested against
+    # The random control a row is tested against when no control is matched to the row itself (control_for)
+    control: str | None = None
     # The re-prompting answer protocol (`quco eval --reprompt`) on a dataset whose default is strict, so that it
     # is scored as the datasets whose default re-prompts.
     reprompt: bool = False
@@ -133,6 +134,16 @@ class DatasetPlan(_Strict):
             if row.name == name:
                 return row
         raise PlanError(f"dataset {self.name} has no row '{name}'")
+
+    def control_for(self, row: Row) -> str | None:
+        """The control a row is tested against: the control matched to this row (``match``) where the plan
+        has one, else the dataset's control; none for a control itself."""
+        for other in self.rows:
+            if other.match == row.name:
+                return other.name
+        if row.match is not None or row.name == self.control:
+            return None
+        return self.control
 
 
 class Plan(_Strict):

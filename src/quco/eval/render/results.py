@@ -78,9 +78,8 @@ def sections(plan: Plan, results: Sequence[RowResult]) -> list[Section]:
     for ds in plan.datasets:
         rows = [r for r in results if r.dataset is ds]
         base = ds.row(ds.baseline).short_title if ds.baseline else "baseline"
-        ctrl = ds.row(ds.control).short_title if ds.control else "control"
         score_head = ["method", "n / planned"] + [h for _, h, *_ in SCORE_COLUMNS]
-        score_head += [f"ΔEM vs {base}", f"ΔF1 vs {base}", f"ΔEM vs {ctrl}", f"ΔF1 vs {ctrl}"]
+        score_head += [f"ΔEM vs {base}", f"ΔF1 vs {base}", "ΔEM vs control", "ΔF1 vs control"]
         scores = []
         for r in rows:
             cells = [r.row.title, f"{r.answered}/{r.planned}"]
@@ -109,10 +108,23 @@ def sections(plan: Plan, results: Sequence[RowResult]) -> list[Section]:
         judged = [[r.row.title, *detection_cells(d)] for r in rows if (d := r.detection) is not None]
         det = (["method", *DETECTION_HEAD], judged)
         notes = [f"{ds.note.strip()}"] if ds.note else []
+        notes += [_control_note(ds)] if any(r.control for r in rows) else []
         notes += [f"{r.row.title}: {r.row.note.strip()}" for r in rows if r.row.note]
         notes += [f"{r.row.title}: {r.problem}" for r in rows if r.problem]
         out.append(Section(ds, (score_head, scores), (cost_head, costs), (run_head, runs), notes, det))
     return out
+
+
+def _control_note(ds: DatasetPlan) -> str:
+    """Which control each row's "vs control" columns compare with."""
+    own = [(row, ds.row(row.match)) for row in ds.rows if row.match is not None]
+    parts = [f"{matched.short_title} against {ctrl.short_title}" for ctrl, matched in own]
+    rest = f"every other row against {ds.row(ds.control).short_title}" if ds.control else ""
+    return (
+        "Δ vs control: "
+        + "; ".join(parts + ([rest] if rest else []))
+        + " (each control draws at the rates of the row it is matched to)"
+    )
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
