@@ -91,7 +91,9 @@ def test_two_wiki_configs_give_the_published_128_tokens_per_call() -> None:
         assert cfg.generation.max_new_tokens == 128, path.name
         assert "64 tokens" not in path.read_text("utf-8"), path.name
         shape = method_class(cfg.method)(cfg.params).shape
-        expected = "prediction" if cfg.method in ("seakr", "blackbox") else "per_call"
+        # the black-box loop (and its control, unit: sentence) budgets the whole prediction
+        sentence_loop = cfg.method == "blackbox" or cfg.params.get("unit") == "sentence"
+        expected = "prediction" if cfg.method == "seakr" or sentence_loop else "per_call"
         if cfg.method in ("seakr", "random", "dtr"):  # no published 2Wiki settings of theirs
             assert "not a published setting" in path.read_text("utf-8"), path.name
         assert (cfg.generation.budget or shape.budget) == expected, path.name

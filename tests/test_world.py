@@ -556,7 +556,7 @@ def test_every_pool_config_has_a_world_twin(dataset):
                 world.corpus_stats.cooccurrence == "window_exact"
                 and world.corpus_stats.max_diff_tokens == 1000
             )
-        elif world.method == "dtr":
+        elif world.method in ("dtr", "dtr-random"):
             assert (
                 world.params.get("path_retriever") == "pipeline"
                 or world.params.get("standard_retriever") == "pipeline"
@@ -578,8 +578,8 @@ def test_pubmedqa_world_configs_carry_the_hotpotqa_settings_with_pubmedqa_corpor
     root = Path(__file__).resolve().parents[1] / "configs" / "world"
     files = sorted((root / "pubmedqa").glob("*.yaml"))
     assert {p.stem for p in files} == {
-        "wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "quco", "quco-published", "quco-random", "random",
-        "dragin", "seakr", "gate",
+        "wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "dtr", "dtr-random", "quco", "quco-published",
+        "quco-random", "random", "dragin", "seakr", "gate",
     }  # fmt: skip
     for path in files:
         cfg, hotpot = load_config(path), load_config(root / "hotpotqa" / path.name)
