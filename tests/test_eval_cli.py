@@ -111,7 +111,14 @@ def test_summary_shows_main_only_costs_and_quco_firing_rates(tmp_path: Path) -> 
             [[Claim("cooccurrence", 3.0)], [Claim("cooccurrence", 0.0)]], 1, 20, "count", True
         )
         trace.steps.append(
-            Step(index=1, stage="generate", draft="d", decision="retrieve", triggers=[cooc, head])
+            Step(
+                index=1,
+                stage="generate",
+                draft="d",
+                decision="retrieve",
+                triggers=[cooc, head],
+                queries=["head a relation", "head b relation"],  # one per flagged claim
+            )
         )
         return trace
 
@@ -128,11 +135,12 @@ def test_summary_shows_main_only_costs_and_quco_firing_rates(tmp_path: Path) -> 
         6,
         12,
     )  # fired at the second sentence each time
+    assert stage2.queries == 12 and stage2.per_firing == 2.0
     res = runner.invoke(app, ["summary", str(tmp_path / "quco"), "--markdown"], terminal_width=300)
     assert res.exit_code == 0, res.output
     header = res.output.strip().splitlines()[0]
     assert "LLM calls/q (main)" in header and "LLM calls/q (all roles)" in header
     assert "gen. tokens/q (main)" in header and "stage 1 fired" in header and "stage 2 fired" in header
-    assert "50.0% (6/12 cand.)" in res.output
+    assert "50.0% (6/12 cand.; 2.00 queries/firing)" in res.output
     res = runner.invoke(app, ["compare", str(tmp_path / "quco"), str(tmp_path / "quco")], terminal_width=200)
     assert res.exit_code == 0 and "(main)" in res.output and "(all roles)" in res.output

@@ -42,10 +42,16 @@ class StageRate:
     steps: int  # steps of this stage with a trigger record
     fired: int  # of those, steps whose records fired
     candidates: int  # candidate points consulted by those steps
+    queries: int = 0  # retrieval queries the fired steps issued
 
     @property
     def per_step(self) -> float:
         return _ratio(self.fired, self.steps)
+
+    @property
+    def per_firing(self) -> float:
+        """Retrieval queries per fired step (QuCo-RAG's stage 2: one per flagged claim of the sentence)."""
+        return _ratio(self.queries, self.fired)
 
     @property
     def per_candidate(self) -> float:
@@ -54,15 +60,17 @@ class StageRate:
 
 def stage_rate(traces: Iterable[Any], stage: str) -> StageRate:
     """Firing rate of the trigger records of one stage ("before" or "generate") over ``traces``."""
-    steps = fired = candidates = 0
+    steps = fired = candidates = queries = 0
     for t in traces:
         for step in as_trace(t).steps:
             if step.stage != stage or not judges(step.triggers):
                 continue  # no trigger, or a fixed schedule
             steps += 1
             candidates += consulted(step.triggers)
-            fired += step_fired_at(step.triggers) is not None
-    return StageRate(stage, steps, fired, candidates)
+            if step_fired_at(step.triggers) is not None:
+                fired += 1
+                queries += len(step.queries)
+    return StageRate(stage, steps, fired, candidates, queries)
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,7 @@ def _legend(plan: Plan) -> str:
         "that answered them (each with its questions and their median CPU seconds when a row ran on several). "
         "Stage 1 fired: "
         "share of questions whose pre-generation trigger fired; stage 2: share of judged sentences (or "
-        "candidate points) flagged. First drafts (rows whose trigger judges drafts during generation): each "
+        "candidate points) flagged; each with the retrieval queries per firing. First drafts (rows whose trigger judges drafts during generation): each "
         "question's first judged draft scored as the final answer is; how often it is wrong when the trigger "
         "fired and when it kept the draft, their difference (Newcombe's score interval for two proportions, "
         "label-permutation p-value; "

@@ -57,9 +57,10 @@ def firing_rates(run: Any) -> dict[str, Any]:
 def format_rate(rate: Any, stage: str) -> str:
     if rate is None:
         return "n/a"
+    queries = f"; {rate.per_firing:.2f} queries/firing" if rate.fired else ""
     if stage == "before":
-        return f"{rate.per_step:.0%} ({rate.fired}/{rate.steps} q)"
-    return f"{rate.per_candidate:.1%} ({rate.fired}/{rate.candidates} cand.)"
+        return f"{rate.per_step:.0%} ({rate.fired}/{rate.steps} q{queries})"
+    return f"{rate.per_candidate:.1%} ({rate.fired}/{rate.candidates} cand.{queries})"
 
 
 def summary_rows(
