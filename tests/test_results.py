@@ -280,7 +280,9 @@ def test_table_from_recorded_runs(tmp_path: Path) -> None:
     assert f"p={paired.p_value:.3f} (n={N})" in text
     assert by["quco"].vs_control is not None and by["quco"].vs_control.n_common == 4
     # each row against the control matched to it, else the dataset's; the control itself against none
-    assert (by["quco"].control, by["dragin"].control, by["random"].control) == ("random", "random", None)
+    ds = plan.datasets[0]
+    controls = tuple(ds.control_for(by[name].row) for name in ("quco", "dragin", "random"))
+    assert controls == ("random", "random", None)
     assert by["random"].vs_control is None and by["dragin"].vs_control.n_common == 3
     assert "Δ vs control: QuCo-RAG against Random; every other row against Random" in text
     assert by["dragin"].vs_baseline is not None and by["dragin"].vs_baseline.n_common == 3

@@ -274,7 +274,6 @@ class RowResult:
     stats: dict[str, Interval] = field(default_factory=dict)
     vs_baseline: Comparison | None = None
     vs_control: Comparison | None = None
-    control: str | None = None  # the row vs_control compares with (DatasetPlan.control_for)
     world: dict[str, Any] = field(default_factory=dict)
     firing: dict[str, Any] = field(default_factory=dict)
     detection: Detection | None = None
@@ -411,6 +410,5 @@ def collect(plan: Plan, n_boot: int = 10_000) -> list[RowResult]:
         for res in by_name.values():
             res.vs_baseline = _compare(base, res, n_boot)
             control = ds.control_for(res.row)
-            res.control = control
             res.vs_control = _compare(by_name.get(control) if control else None, res, n_boot)
     return results

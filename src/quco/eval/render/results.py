@@ -108,7 +108,7 @@ def sections(plan: Plan, results: Sequence[RowResult]) -> list[Section]:
         judged = [[r.row.title, *detection_cells(d)] for r in rows if (d := r.detection) is not None]
         det = (["method", *DETECTION_HEAD], judged)
         notes = [f"{ds.note.strip()}"] if ds.note else []
-        notes += [_control_note(ds)] if any(r.control for r in rows) else []
+        notes += [_control_note(ds)] if any(ds.control_for(r.row) for r in rows) else []
         notes += [f"{r.row.title}: {r.row.note.strip()}" for r in rows if r.row.note]
         notes += [f"{r.row.title}: {r.problem}" for r in rows if r.problem]
         out.append(Section(ds, (score_head, scores), (cost_head, costs), (run_head, runs), notes, det))
@@ -117,8 +117,8 @@ def sections(plan: Plan, results: Sequence[RowResult]) -> list[Section]:
 
 def _control_note(ds: DatasetPlan) -> str:
     """Which control each row's "vs control" columns compare with."""
-    own = [(row, ds.row(row.match)) for row in ds.rows if row.match is not None]
-    parts = [f"{matched.short_title} against {ctrl.short_title}" for ctrl, matched in own]
+    pairs = [(ds.row(ctrl.match), ctrl) for ctrl in ds.rows if ctrl.match is not None]
+    parts = [f"{row.short_title} against {ctrl.short_title}" for row, ctrl in pairs]
     rest = f"every other row against {ds.row(ds.control).short_title}" if ds.control else ""
     return (
         "Δ vs control: "
