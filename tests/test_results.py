@@ -92,11 +92,13 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
             {"wo-rag-published", "sr-rag-published", "quco-published-random"} if ds != "pubmedqa" else set()
         )
         published |= {"gate-b90"} if ds == "hotpotqa" else set()  # the gate at a second budget
+        # HotpotQA's earlier calibrated config (stage 1 always), kept as rows of their own
+        llm = {"quco-always", "quco-llm-always"} if ds == "hotpotqa" else {"quco-llm"}
         blackbox = {f"blackbox-{e}{c}" for e in ("eccentricity", "degmat") for c in ("", "-random")}
         published |= blackbox if ds != "pubmedqa" else set()  # planned; configs once their thresholds are set
         assert set(cmds) == {"wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "dtr", "dtr-cal", "dtr-random",
-                             "quco", "quco-published", "quco-llm", "quco-random", "dragin", "seakr",
-                             "gate"} | published  # fmt: skip
+                             "quco", "quco-published", "quco-random", "dragin", "seakr",
+                             "gate"} | published | llm  # fmt: skip
         for row, cmd in cmds.items():
             if row.startswith("blackbox-"):
                 assert by[(ds, row)].action == "skipped" and not cmd and "no config" in by[(ds, row)].detail
@@ -111,7 +113,12 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
         assert f"params.match_run=results/headline/{ds}/quco" in cmds["quco-random"]
         if published:
             assert f"params.match_run=results/headline/{ds}/quco-published" in cmds["quco-published-random"]
-        assert "text.entity_extractor=llm" in cmds["quco-llm"]
+        assert "text.entity_extractor=llm" in cmds["quco-llm-always" if ds == "hotpotqa" else "quco-llm"]
+        if ds == "hotpotqa":  # the earlier calibrated config: stage 1 always, the rest as the `quco` row
+            same = cmds["quco"].split(" --label ")[0].replace("/quco --", "/quco-always --")
+            assert cmds["quco-always"].startswith(same) and cmds["quco-always"].endswith(
+                "--set params.entity_threshold=.inf"
+            )
         assert f"params.match_run=results/headline/{ds}/dtr-cal" in cmds["dtr-random"]
         assert "uncertainty_threshold" in cmds["dtr-cal"] and f"configs/world/{ds}/dtr.yaml" in cmds["dtr"]
         # each row is tested against the control matched to it, else the dataset's; a control against none
@@ -164,7 +171,7 @@ def test_the_cli_prints_the_headline_plan_and_refuses_a_broken_one(
     fresh = _write(tmp_path / "headline.yaml", spec)
     shown = CliRunner().invoke(app, ["results", "run", str(fresh), "--dry-run", "--dataset", "hotpotqa"])
     assert shown.exit_code == 0, shown.output
-    assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 18
+    assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 19
     assert "(after 'quco' completes)" in shown.output
     assert "(after 'quco-published' completes)" in shown.output
     bad = _write(
