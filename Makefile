@@ -11,7 +11,7 @@ TEST_WORKERS ?= 2
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install install-all system-deps demo test lint format bench llama-server clean
+.PHONY: install install-all system-deps demo test lint format bench llama-server llama-variants clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,12 @@ bench: install-all
 llama-server: $(BIN)/llama-server
 $(BIN)/llama-server: | $(VENV)/.installed-all
 	scripts/build-llama-server.sh $(BIN) $(BIN)/pip
+
+# llama-cpp-python with its CPU kernels chosen at run time (every x86 level), in build/llama-variants beside the
+# portable build: `python bench/bench_eval_speed.py --modes threads2,variants --llama-cpp-dir build/llama-variants`
+# compares the two (docs/evaluation_model.md). About 30 minutes of compiling on 2 cores.
+llama-variants: | $(VENV)/.installed-all
+	scripts/build-llama-variants.sh build/llama-variants $(BIN)/pip
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

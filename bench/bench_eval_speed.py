@@ -14,9 +14,13 @@ through ``quco eval``'s own code path, once per mode, in one run:
               --parallel 2 and 2 threads, reached through the openai backend by 2 worker threads
     answerstop  as threads2, with QuCo-RAG's ``stop_after_answer``: drafts end once the answer sentence is
               whole (QuCo-RAG only; its answers, decisions and kept text must equal those of threads2)
+    variants  as threads2, on another llama-cpp-python build installed into --llama-cpp-dir (pip install
+              --target), run in a child process: a build whose CPU kernels are chosen at run time
+              (GGML_BACKEND_DL with GGML_CPU_ALL_VARIANTS, docs/evaluation_model.md) against the portable one
 
     python bench/bench_eval_speed.py [--questions 20] [--modes off,reuse,procs2,threads2,seq2,legacy,answerstop]
                                      [--methods sr-rag,flare,quco] [--out DIR] [--llama-server PATH]
+                                     [--llama-cpp-dir DIR]
 
 Each (mode, method) cell is a resumable ``quco eval`` run directory under ``--out``; running the bench again
 finishes interrupted cells and reports recorded ones (timings are summed over the sittings that answered
@@ -68,6 +72,7 @@ class Mode:
     server: bool = False
     batch_threads: int | None = None  # threads evaluating prompts when not `threads` (in-process modes only)
     stop_after_answer: bool = False  # QuCo-RAG's option; the mode runs QuCo-RAG only
+    other_build: bool = False  # the llama-cpp-python build in --llama-cpp-dir, in a child process
 
 
 MODES = {
@@ -80,6 +85,7 @@ MODES = {
         Mode("procs2", 1, 2),
         Mode("seq2", 2, 2, server=True),
         Mode("answerstop", 2, 1, stop_after_answer=True),
+        Mode("variants", 2, 1, other_build=True),
     )
 }
 
@@ -191,6 +197,36 @@ def run_cell(mode: Mode, method: str, args: argparse.Namespace, server: CppServe
     return {"new": summary.new, "errors": summary.errors, "wall": wall, "cpu": cpu, "load": load.samples}
 
 
+def run_child_cell(mode: Mode, method: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One cell in a child process that imports llama_cpp from --llama-cpp-dir (the child times itself, with its
+    model loaded before its clock starts, as run_cell does)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(args.llama_cpp_dir), *filter(None, [env.get("PYTHONPATH")])])
+    cmd = [
+        sys.executable, __file__, "--child", f"{mode.name}/{method}", "--questions", str(args.questions),
+        "--offset", str(args.offset), "--out", str(args.out), "--llama-cpp-dir", str(args.llama_cpp_dir),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def child_cell(spec: str, args: argparse.Namespace) -> None:
+    """The child's side of run_child_cell: check which build it runs, answer the cell, print its figures."""
+    import llama_cpp
+
+    from quco.llm.llamacpp_backends import load_cpu_backends
+
+    where = Path(llama_cpp.__file__).resolve()
+    if not where.is_relative_to(args.llama_cpp_dir.resolve()):
+        raise SystemExit(f"the child imported llama_cpp from {where}, not from {args.llama_cpp_dir}")
+    modules = load_cpu_backends(llama_cpp)
+    info = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
+    print(f"{spec}: llama_cpp {llama_cpp.__version__} from {where.parent}; backend modules from "
+          f"{', '.join(map(str, modules)) or 'none (linked in)'}; {info}", file=sys.stderr, flush=True)  # fmt: skip
+    mode_name, method = spec.split("/")
+    print(json.dumps(run_cell(MODES[mode_name], method, args, None)), flush=True)
+
+
 def records(path: Path) -> dict[str, dict[str, Any]]:
     file = path / RESULTS_FILE
     if not file.is_file():
@@ -222,10 +258,12 @@ def cell_row(mode: str, method: str, cell: dict[str, Any], args: argparse.Namesp
         ]
         return sum(vals) / n if n else 0.0
 
-    base, steps = ("off", _steps) if mode != "answerstop" else ("threads2", _kept_steps)
+    base, steps = {"answerstop": ("threads2", _kept_steps), "variants": ("threads2", _steps)}.get(
+        mode, ("off", _steps)
+    )
     off = records(args.out / base / method)
     same = None
-    if (mode in SAME_AS_OFF or mode == "answerstop") and off:
+    if (mode in SAME_AS_OFF or mode in ("answerstop", "variants")) and off:
         common = [i for i in recs if i in off]
         same = sum(
             recs[i]["prediction"] == off[i]["prediction"] and steps(recs[i]) == steps(off[i]) for i in common
@@ -290,12 +328,21 @@ def main() -> None:
     parser.add_argument("--methods", default="sr-rag,flare,quco")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-eval-speed"))
     parser.add_argument(
+        "--llama-cpp-dir",
+        type=Path,
+        help="a folder holding another llama-cpp-python build (pip install --target DIR WHEEL) for the variants mode",
+    )
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # MODE/METHOD: one cell, in a child process
+    parser.add_argument(
         "--llama-server",
         default=shutil.which("llama-server")
         or shutil.which("llama-server", path=str(Path(sys.executable).parent)),
         help="llama.cpp's llama-server binary for the seq2 mode (`make llama-server` builds it)",
     )
     args = parser.parse_args()
+    if args.child:
+        child_cell(args.child, args)
+        return
     modes = [MODES[m] for m in args.modes.split(",") if m]
     methods = [m for m in args.methods.split(",") if m]
     gguf = model_path(known_model(MODEL))
@@ -316,8 +363,13 @@ def main() -> None:
         if mode.server and not (args.llama_server and Path(args.llama_server).is_file()):
             print(f"{key}: skipped (no llama-server; `make llama-server` builds it)", flush=True)
             continue
+        if mode.other_build and not (args.llama_cpp_dir and (args.llama_cpp_dir / "llama_cpp").is_dir()):
+            print(f"{key}: skipped (no llama-cpp-python build in --llama-cpp-dir)", flush=True)
+            continue
         print(f"{key}: running", flush=True)
-        if mode.server:
+        if mode.other_build:
+            cell = run_child_cell(mode, method, args)
+        elif mode.server:
             with CppServer(args.llama_server, gguf, slots=2, threads=mode.threads) as server:
                 cell = run_cell(mode, method, args, server)
         else:

@@ -47,6 +47,7 @@ from quco.llm.batching import (
     reusable,
 )
 from quco.llm.llamacpp_analysis import AnalysisReader, block_of
+from quco.llm.llamacpp_backends import load_cpu_backends
 from quco.llm.llamacpp_batch import SampleBatch
 from quco.llm.llamacpp_state import restore_sequence, save_sequence
 from quco.llm.models import default_gguf_path, named_gguf
@@ -247,6 +248,7 @@ class LlamaCppGenerator(GeneratorBase):
     def from_config(cls, config: GeneratorConfig) -> LlamaCppGenerator:
         llama_cpp = _import_llama_cpp()
         path = resolve_gguf(config)
+        load_cpu_backends(llama_cpp)  # a build whose CPU kernels are loadable modules (GGML_BACKEND_DL)
         info = llama_cpp.llama_print_system_info().decode(errors="replace")
         kwargs: dict[str, Any] = {}
         if "AMX_INT8 = 1" in info:
