@@ -24,6 +24,5 @@ echo "building $spec with $CMAKE_ARGS"
 "$pip" wheel --quiet --no-deps --no-binary llama-cpp-python --no-cache-dir -w "$work" "$spec"
 rm -rf "$dest"
 "$pip" install --quiet --no-deps --target "$dest" "$work"/llama_cpp_python-*.whl
-ls "$dest"/bin/*ggml-cpu-* "$dest"/llama_cpp/lib/*ggml-cpu-* 2>/dev/null | sed 's|.*/||' | tr '\n' ' '
-echo
+echo "CPU kernel modules: $(find "$dest" -name '*ggml-cpu-*' -printf '%f ')"
 echo "installed into $dest"
