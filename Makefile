@@ -58,7 +58,7 @@ $(BIN)/llama-server: | $(VENV)/.installed-all
 
 # llama-cpp-python with its CPU kernels chosen at run time (every x86 level), in build/llama-variants beside the
 # portable build: `python bench/bench_eval_speed.py --modes threads2,variants --llama-cpp-dir build/llama-variants`
-# compares the two (docs/evaluation_model.md). About 30 minutes of compiling on 2 cores.
+# compares the two (docs/evaluation_model.md). About 10 minutes of compiling on 2 idle cores.
 llama-variants: | $(VENV)/.installed-all
 	scripts/build-llama-variants.sh build/llama-variants $(BIN)/pip
 

@@ -9,7 +9,7 @@
 #   python bench/bench_eval_speed.py --modes threads2,variants --llama-cpp-dir DEST_DIR
 #
 # Using it instead of the portable build: PYTHONPATH=DEST_DIR. The version matches the installed
-# llama-cpp-python when there is one. About 30 minutes of compiling on 2 cores (14 CPU variants).
+# llama-cpp-python when there is one. About 10 minutes of compiling on 2 idle cores (14 CPU variants).
 set -euo pipefail
 dest=${1:?usage: build-llama-variants.sh DEST_DIR [PIP]}
 pip=${2:-pip}
