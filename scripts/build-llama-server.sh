@@ -10,11 +10,7 @@
 set -euo pipefail
 dest=${1:?usage: build-llama-server.sh DEST_DIR [PIP]}
 pip=${2:-pip}
-python=$(dirname "$(command -v "$pip")")/python
-version=$("$python" -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))' 2>/dev/null || true)
-spec="llama-cpp-python${version:+==$version}"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/llama-cpp-spec.sh"
 echo "downloading the $spec source distribution"
 "$pip" download --quiet --no-deps --no-binary :all: "$spec" -d "$work"
 tar xzf "$work"/llama_cpp_python-*.tar.gz -C "$work"

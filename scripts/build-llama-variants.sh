@@ -13,11 +13,7 @@
 set -euo pipefail
 dest=${1:?usage: build-llama-variants.sh DEST_DIR [PIP]}
 pip=${2:-pip}
-python=$(dirname "$(command -v "$pip")")/python
-version=$("$python" -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))' 2>/dev/null || true)
-spec="llama-cpp-python${version:+==$version}"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/llama-cpp-spec.sh"
 export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON"
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
 echo "building $spec with $CMAKE_ARGS"
