@@ -92,8 +92,9 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
             {"wo-rag-published", "sr-rag-published", "quco-published-random"} if ds != "pubmedqa" else set()
         )
         published |= {"gate-b90"} if ds == "hotpotqa" else set()  # the gate at a second budget
-        # HotpotQA's earlier calibrated config (stage 1 always), kept as rows of their own
-        llm = {"quco-always", "quco-llm-always"} if ds == "hotpotqa" else {"quco-llm"}
+        # the earlier calibrated configs (HotpotQA: stage 1 always; 2WikiMultihopQA: never), kept as rows of their own
+        earlier = {"hotpotqa": "always", "2wikimultihopqa": "never"}.get(ds)
+        llm = {f"quco-{earlier}", f"quco-llm-{earlier}"} if earlier else {"quco-llm"}
         blackbox = {f"blackbox-{e}{c}" for e in ("eccentricity", "degmat") for c in ("", "-random")}
         published |= blackbox if ds != "pubmedqa" else set()  # planned; configs once their thresholds are set
         assert set(cmds) == {"wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "dtr", "dtr-cal", "dtr-random",
@@ -113,11 +114,12 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
         assert f"params.match_run=results/headline/{ds}/quco" in cmds["quco-random"]
         if published:
             assert f"params.match_run=results/headline/{ds}/quco-published" in cmds["quco-published-random"]
-        assert "text.entity_extractor=llm" in cmds["quco-llm-always" if ds == "hotpotqa" else "quco-llm"]
-        if ds == "hotpotqa":  # the earlier calibrated config: stage 1 always, the rest as the `quco` row
-            same = cmds["quco"].split(" --label ")[0].replace("/quco --", "/quco-always --")
-            assert cmds["quco-always"].startswith(same) and cmds["quco-always"].endswith(
-                "--set params.entity_threshold=.inf"
+        assert "text.entity_extractor=llm" in cmds[f"quco-llm-{earlier}" if earlier else "quco-llm"]
+        if earlier:  # the earlier calibrated config: stage 1 always or never, the rest as the `quco` row
+            same = cmds["quco"].split(" --label ")[0].replace("/quco --", f"/quco-{earlier} --")
+            threshold = {"always": ".inf", "never": "0"}[earlier]
+            assert cmds[f"quco-{earlier}"].startswith(same) and cmds[f"quco-{earlier}"].endswith(
+                f"--set params.entity_threshold={threshold}"
             )
         assert f"params.match_run=results/headline/{ds}/dtr-cal" in cmds["dtr-random"]
         assert "uncertainty_threshold" in cmds["dtr-cal"] and f"configs/world/{ds}/dtr.yaml" in cmds["dtr"]
