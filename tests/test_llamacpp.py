@@ -207,8 +207,8 @@ def test_hidden_states_of_samples_start_from_the_sampled_prompt_exactly(local: L
 
 def test_hidden_states_of_samples_read_together_equal_those_read_alone(local: LlamaCppGenerator) -> None:
     """SeaKR's reads of one check's samples, together: one sequence per sample over the sampled prompt's state,
-    evaluated in one batch. The rows are those read one by one, up to llama.cpp's rounding of other batches;
-    texts that do not continue the prompt just sampled from are read one by one."""
+    evaluated in one batch. The rows are those read one by one, up to llama.cpp's rounding of other batches; a
+    text given twice is read once; texts that do not continue the prompt just sampled from are read one by one."""
     exemplars = (
         "Question: Who wrote Hamlet?\nAnswer: William Shakespeare wrote it. So the answer is Shakespeare.\n\n"
         * 6
@@ -229,6 +229,11 @@ def test_hidden_states_of_samples_read_together_equal_those_read_alone(local: Ll
         assert np.abs(x - y).max() <= 1e-2 * np.abs(y).max()
     again = local.analyze_many(texts, hidden_layers=[layer], last_only=True)
     assert all(np.array_equal(a.hidden[layer], b.hidden[layer]) for a, b in zip(together, again, strict=True))
+    # identical samples get identical states, as when read alone (an EigenScore magnifies their last bits)
+    twice = local.analyze_many([texts[0], texts[1], texts[0]], hidden_layers=[layer], last_only=True)
+    assert np.array_equal(twice[0].hidden[layer], twice[2].hidden[layer])
+    assert twice[0].evaluated == together[0].evaluated
+    assert twice[2].evaluated == 0  # the duplicate evaluates nothing
     elsewhere = Prompt(
         exemplars + "Question: Where is the Uffizi?\nAnswer: It is in Florence.", shared=len(exemplars)
     )

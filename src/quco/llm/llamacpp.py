@@ -586,20 +586,31 @@ class LlamaCppGenerator(GeneratorBase):
             if truncated:
                 return super().analyze_many(texts, **options)
             items.append((ids, self._cuts(text, ids)))
+        # each distinct text is read once and its duplicates share its rows: read one by one, identical texts
+        # give bit-identical states, and so they must here, where other rows of a batch would round them apart
+        # (an EigenScore over near-identical states magnifies those last bits)
+        first: dict[tuple[int, ...], int] = {}
+        for i, (ids, _) in enumerate(items):
+            first.setdefault(tuple(ids), i)
+        distinct = sorted(set(first.values()))
         with self._lock:
-            got = self._reader().read_together(items, list(blocks.values()))
+            got = self._reader().read_together([items[i] for i in distinct], list(blocks.values()))
         if got is None:
             return super().analyze_many(texts, **options)
         rows, evaluated = got
-        return [
-            Analysis(
-                token_ids=ids,
-                tokens=self._pieces(ids),
-                hidden={layer: read[block] for layer, block in blocks.items()},
-                evaluated=n,
+        slot = {i: k for k, i in enumerate(distinct)}
+        analyses = []
+        for i, (ids, _) in enumerate(items):
+            k = slot[first[tuple(ids)]]
+            analyses.append(
+                Analysis(
+                    token_ids=ids,
+                    tokens=self._pieces(ids),
+                    hidden={layer: rows[k][block] for layer, block in blocks.items()},
+                    evaluated=evaluated[k] if first[tuple(ids)] == i else 0,  # a duplicate evaluates nothing
+                )
             )
-            for (ids, _), read, n in zip(items, rows, evaluated, strict=True)
-        ]
+        return analyses
 
     def _reader(self) -> AnalysisReader:
         """The second context that analyses read from (made on first use; the caller holds the lock)."""
