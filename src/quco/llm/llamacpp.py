@@ -589,27 +589,29 @@ class LlamaCppGenerator(GeneratorBase):
         # each distinct text is read once and its duplicates share its rows: read one by one, identical texts
         # give bit-identical states, and so they must here, where other rows of a batch would round them apart
         # (an EigenScore over near-identical states magnifies those last bits)
-        first: dict[tuple[int, ...], int] = {}
-        for i, (ids, _) in enumerate(items):
-            first.setdefault(tuple(ids), i)
-        distinct = sorted(set(first.values()))
+        slot: dict[tuple[int, ...], int] = {}  # a text's tokens -> its row among the distinct texts
+        distinct: list[tuple[list[int], list[int]]] = []
+        for ids, cuts in items:
+            if tuple(ids) not in slot:
+                slot[tuple(ids)] = len(distinct)
+                distinct.append((ids, cuts))
         with self._lock:
-            got = self._reader().read_together([items[i] for i in distinct], list(blocks.values()))
+            got = self._reader().read_together(distinct, list(blocks.values()))
         if got is None:
             return super().analyze_many(texts, **options)
         rows, evaluated = got
-        slot = {i: k for k, i in enumerate(distinct)}
-        analyses = []
-        for i, (ids, _) in enumerate(items):
-            k = slot[first[tuple(ids)]]
+        analyses, seen = [], set()
+        for ids, _ in items:
+            k = slot[tuple(ids)]
             analyses.append(
                 Analysis(
                     token_ids=ids,
                     tokens=self._pieces(ids),
                     hidden={layer: rows[k][block] for layer, block in blocks.items()},
-                    evaluated=evaluated[k] if first[tuple(ids)] == i else 0,  # a duplicate evaluates nothing
+                    evaluated=0 if k in seen else evaluated[k],  # a duplicate evaluates nothing
                 )
             )
+            seen.add(k)
         return analyses
 
     def _reader(self) -> AnalysisReader:
