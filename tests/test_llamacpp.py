@@ -19,11 +19,11 @@ from quco.config import GeneratorConfig, PipelineConfig, load_config
 from quco.errors import CapabilityError, ConfigError
 from quco.llm import Capability, build_generator
 from quco.llm.base import Prompt, shared_levels
-from quco.llm.llamacpp import LlamaCppGenerator
+from quco.llm.llamacpp import LlamaCppError, LlamaCppGenerator
 from quco.llm.models import default_gguf_path
 from quco.llm.openai_compat import OpenAICompatGenerator, approx_entropy
 from quco.methods import method_class
-from quco.pipeline import Pipeline
+from quco.pipeline import Pipeline, shared_generator
 from support.llama_server import LlamaServer, ServedModel
 from support.prompts import check_reuse, run_prompts, signature
 
@@ -545,3 +545,30 @@ def test_a_process_that_exits_with_a_model_open_prints_no_teardown_error() -> No
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("True")
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_closed_model_raises_and_a_pipeline_loads_it_again() -> None:
+    """A closed model is freed: calling it raises a clear error (not a crash inside llama.cpp), and the next
+    pipeline that asks for it gets a freshly loaded one, not the closed one (a bench that closes one method's
+    model and builds the next method's pipeline crashed here)."""
+    config = GeneratorConfig(backend="llamacpp", max_context_tokens=1024)  # a model no other test shares
+    gen = shared_generator(config)
+    prompt = "Question: Where is the Louvre?\nAnswer:"
+    first = gen.generate(prompt, max_new_tokens=4, n=3, temperature=1.0, seed=3)  # the batched samplers too
+    greedy = gen.generate(prompt, max_new_tokens=4)[0].text
+    gen.close()
+    gen.close()  # twice is harmless
+    assert gen.closed
+    with pytest.raises(LlamaCppError, match="was closed"):
+        gen.generate(prompt, max_new_tokens=4)
+    with pytest.raises(LlamaCppError, match="was closed"):
+        gen.count_tokens(prompt)
+    again = shared_generator(config)
+    assert again is not gen and not again.closed
+    try:
+        assert again.generate(prompt, max_new_tokens=4)[0].text == greedy
+        assert [g.text for g in again.generate(prompt, max_new_tokens=4, n=3, temperature=1.0, seed=3)] == [
+            g.text for g in first
+        ]
+    finally:
+        again.close()

@@ -53,14 +53,15 @@ def prompt_identity(config: PipelineConfig) -> dict[str, str]:
 
 
 def shared_generator(config: GeneratorConfig):  # noqa: ANN201 - a quco.llm.base.Generator
-    """The generator for ``config``, loaded once per process."""
+    """The generator for ``config``, loaded once per process (again if the one loaded has been closed)."""
     from quco.llm import build_generator
 
     key = config.model_dump_json()
     with _GENERATORS_LOCK:
-        if key not in _GENERATORS:
-            _GENERATORS[key] = build_generator(config)
-        return _GENERATORS[key]
+        generator = _GENERATORS.get(key)
+        if generator is None or getattr(generator, "closed", False):
+            generator = _GENERATORS[key] = build_generator(config)
+        return generator
 
 
 def _corpus_resolver(spec: str) -> Callable[[], Any]:

@@ -343,6 +343,7 @@ class GeneratorBase:
     analyses: frozenset[str] = frozenset({"tokens", "attention", "hidden states", "scores"})
     parallelism: ClassVar[Parallelism] = "threads"
     name: str
+    closed: bool = False  # set by a backend's ``close``: a closed generator is never handed out again
 
     def generate(
         self,

@@ -215,7 +215,7 @@ class LlamaCppGenerator(GeneratorBase):
         reproducible: bool = True,
         sample_batch: bool = True,
     ) -> None:
-        self.llama = llama
+        self._llama = llama
         self.max_context_tokens = max_context_tokens
         self.model_path = model_path
         self.top_logprobs = top_logprobs
@@ -630,15 +630,25 @@ class LlamaCppGenerator(GeneratorBase):
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         return [decoder.decode(self.llama.detokenize([t])) for t in ids]
 
+    @property
+    def llama(self) -> Any:
+        """The ``llama_cpp.Llama``; an error once ``close`` has freed it (a call into it would crash)."""
+        if self.closed:
+            raise LlamaCppError(f"the llama.cpp model {self.model_path} was closed; load it again")
+        return self._llama
+
     def close(self) -> None:
         with self._lock:
+            if self.closed:
+                return
+            self.closed = True
             if self._reader_ctx is not None:
                 self._reader_ctx.close()
                 self._reader_ctx = None
             if self._sampling is not None:
                 self._sampling.close()
                 self._sampling = None
-            self.llama.close()
+            self._llama.close()
 
 
 __all__ = [

@@ -252,6 +252,7 @@ class OpenAICompatGenerator(GeneratorBase):
             raise LLMServerError(f"LLM server at {url} answered with invalid JSON: {exc}") from exc
 
     def close(self) -> None:
+        self.closed = True
         self._client.close()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
