@@ -5,13 +5,16 @@ ways in one llama.cpp context of the model: in one batch, in batches of ``--rows
 time (what sequential decoding does). For each way it prints the mean entropy of the next-token distributions,
 the mean negative log-likelihood of the text's own next tokens, and how far its log-probabilities are from the
 one-batch ones (over tokens with p > 1e-3 in one batch); then a paired Wilcoxon test of the per-position entropies
-(one token at a time against one batch).
+(one token at a time against one batch). Last, what a decoding step costs by its rows: over the state of the
+text's first half, ``--steps`` steps of 1, 2, 4, ... ``--rows`` sequences decoded together as batched sampling
+decodes them (``quco.llm.llamacpp_batch``), with milliseconds per step and tokens per second.
 
 Sequential sampling draws every token after the first from one-row steps; batched sampling
 (``generator.sample_batch``) from steps with a row per sequence still running. Where the two ways' log-probabilities
 differ, a seed can draw another token; whether either way is more or less spread out is the entropy test.
 
-    python bench/bench_batch_rows.py [--model qwen2.5-coder-1.5b-instruct] [--tokens 256] [--rows 20] [--threads N]
+    python bench/bench_batch_rows.py [--model qwen2.5-coder-1.5b-instruct] [--tokens 256] [--rows 20] [--steps 16]
+                                     [--threads N]
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ import argparse
 import gzip
 import json
 import os
+import time
 
 import numpy as np
 
 from quco.config import GeneratorConfig
 from quco.llm.llamacpp import _import_llama_cpp, resolve_gguf
+from quco.llm.llamacpp_batch import SampleBatch
+from quco.llm.llamacpp_state import save_sequence
 from quco.machine import usable_cores
 from quco.paths import data_dir
 
@@ -57,6 +63,29 @@ def evaluate(llama: object, chunks: list[list[int]]) -> np.ndarray:
     return log_softmax(np.concatenate(rows))
 
 
+def step_costs(llama: object, llama_cpp: object, ids: list[int], most: int, steps: int) -> None:
+    """Seconds per decoding step of 1, 2, 4, ... ``most`` sequences over the state of ``ids``' first half."""
+    half = len(ids) // 2
+    evaluate(llama, [ids[:half]])
+    state = save_sequence(llama_cpp, llama._ctx)  # type: ignore[attr-defined]
+    assert state is not None
+    batch = SampleBatch(llama, llama_cpp)
+    counts = sorted({1, most} | {2**k for k in range(1, most.bit_length()) if 2**k < most})
+    one = None
+    for rows in counts:
+        batch.start(state, half, rows, steps)
+        start = time.perf_counter()
+        for s in range(steps):
+            batch.step([ids[half + s % (len(ids) - half)]] * rows, list(range(rows)), half + s)
+        per_step = (time.perf_counter() - start) / steps
+        one = one or per_step
+        print(
+            f"{rows:>3} rows per step: {1000 * per_step:7.1f} ms per step ({per_step / one:5.2f}x one row), "
+            f"{rows / per_step:6.1f} tokens/s ({rows * one / per_step:4.2f}x one row's); load {os.getloadavg()[0]:.2f}"
+        )
+    batch.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=MODEL)
@@ -64,6 +93,7 @@ def main() -> None:
     ap.add_argument(
         "--rows", type=int, default=20, help="rows per batch of the middle way (batched sampling: n)"
     )
+    ap.add_argument("--steps", type=int, default=16, help="decoding steps timed per number of rows")
     ap.add_argument("--threads", type=int, default=None, help="threads (default: every core)")
     args = ap.parse_args()
     path = resolve_gguf(GeneratorConfig(backend="llamacpp", model=args.model))
@@ -113,6 +143,7 @@ def main() -> None:
                 f"entropy, one at a time minus one batch: mean {np.mean(one - batch):+.4f}, higher at "
                 f"{int((one > batch).sum())} of {len(one)} positions; paired Wilcoxon p = {w.pvalue:.3g}"
             )
+    step_costs(llama, llama_cpp, ids, args.rows, args.steps)
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")
     llama.close()
 
