@@ -33,14 +33,14 @@ from quco.llm.llamacpp_batch import SampleBatch
 from quco.llm.llamacpp_state import save_sequence
 from quco.machine import usable_cores
 from quco.paths import data_dir
+from quco.world.sources import ARTICLE_FILES
 
 MODEL = "qwen2.5-coder-1.5b-instruct"
 
 
 def article_text(chars: int = 4000) -> str:
     """The opening of the first article of the first Wikipedia shard."""
-    shard = sorted((data_dir() / "wikipedia").glob("enwiki_2015_articles_*.jsonl.gz"))[0]
-    with gzip.open(shard, "rt", encoding="utf-8") as fh:
+    with gzip.open(data_dir() / ARTICLE_FILES[0], "rt", encoding="utf-8") as fh:
         return json.loads(fh.readline())["text"][:chars]
 
 

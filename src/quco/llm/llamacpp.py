@@ -600,13 +600,14 @@ class LlamaCppGenerator(GeneratorBase):
         if got is None:
             return super().analyze_many(texts, **options)
         rows, evaluated = got
+        pieces = [self._pieces(ids) for ids, _ in distinct]  # decoded once per distinct text
         analyses, seen = [], set()
         for ids, _ in items:
             k = slot[tuple(ids)]
             analyses.append(
                 Analysis(
                     token_ids=ids,
-                    tokens=self._pieces(ids),
+                    tokens=list(pieces[k]),
                     hidden={layer: rows[k][block] for layer, block in blocks.items()},
                     evaluated=0 if k in seen else evaluated[k],  # a duplicate evaluates nothing
                 )
