@@ -183,7 +183,12 @@ def test_selection_first_n_offset_and_seeded_sample(data: Path) -> None:
     assert {e.id for e in s20} <= {e.id for e in s40}  # a larger sample contains the smaller one
     assert s20 == load_dataset("hotpotqa", sample=20, seed=3)
     assert s20 != load_dataset("hotpotqa", sample=20, seed=4)
-    assert select(full, sample=20, seed=3, limit=5) == s20[:5]
+    # --offset/--limit choose the questions a sample is drawn from
+    span = select(full, sample=20, seed=3, offset=10, limit=50)
+    assert len(span) == 20 and {e.id for e in span} <= {e.id for e in full[10:60]}
+    assert span == [e for e in full[10:60] if e in span] and span != full[10:30]
+    with pytest.raises(DatasetError, match="cannot sample 51 questions from 50"):
+        select(full, sample=51, offset=10, limit=50)
     with pytest.raises(DatasetError, match="offset"):
         select(full, offset=-1)
 

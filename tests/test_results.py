@@ -14,7 +14,7 @@ import yaml
 
 from quco.datasets import load_dataset
 from quco.eval.campaign.plan import PlanError, load_plan
-from quco.eval.campaign.results import collect, machine_cell, run_plan
+from quco.eval.campaign.results import collect, machine_cell, planned_ids, run_plan
 from quco.eval.render.results import BEGIN, END, SUMMARY_BEGIN, SUMMARY_END, table
 from quco.eval.run.runner import EvalOptions, Questions, run_eval
 from quco.eval.runs.records import Record
@@ -50,6 +50,13 @@ SR = str(ROOT / "configs/hotpotqa/sr-rag.yaml")
         ({"baseline": "b"}, [{"name": "a", "config": SR}], "baseline 'b' is not one of its rows"),
         ({}, [{"name": "r", "config": SR, "match": "a"}, {"name": "a", "config": SR}], "must come before"),
         ({}, [{"name": "a", "config": SR, "limit": N + 1}], "exceeds the dataset"),
+        ({}, [{"name": "a", "config": SR, "sample": N + 1}], "sample 7 exceeds the dataset"),
+        ({}, [{"name": "a", "config": SR, "limit": 3, "sample": 3}], "`limit` or `sample`, not both"),
+        (
+            {},
+            [{"name": "a", "config": SR, "sample": 3}, {"name": "r", "config": SR, "match": "a"}],
+            "same limit",
+        ),
         ({}, [{"name": "a", "config": SR, "calibrate": [{"param": "entity_threshold"}]}], "no calibration"),
         ({}, [{"name": "a", "config": SR, "sett": ["x=1"]}], "rows.0.sett"),
         ({}, [{"name": "a", "config": str(ROOT / "configs/nope.yaml")}], "cannot read config"),
@@ -59,6 +66,22 @@ def test_plan_rules(tmp_path: Path, dataset: dict, rows: list[dict], message: st
     path = _write(tmp_path / "plan.yaml", _plan(tmp_path, rows, **dataset))
     with pytest.raises(PlanError, match=message):
         load_plan(path)
+
+
+def test_a_row_can_answer_a_seeded_sample_of_the_datasets_questions(tmp_path: Path) -> None:
+    rows = [{"name": "a", "config": SR, "sample": 3, "seed": 1}, {"name": "r", "config": SR, "sample": 3, "seed": 1,
+            "match": "a"}]  # fmt: skip
+    plan = load_plan(_write(tmp_path / "plan.yaml", _plan(tmp_path, rows, offset=2)))
+    ds = plan.datasets[0]
+    span = load_dataset("hotpotqa", offset=2, limit=N)
+    ids = planned_ids(ds, ds.row("a"))
+    assert len(ids) == 3 and set(ids) <= {e.id for e in span}
+    assert ids != [e.id for e in span[:3]] and ids == [
+        e.id for e in span if e.id in ids
+    ]  # drawn, in file order
+    assert planned_ids(ds, ds.row("r")) == ids  # the control answers the same questions
+    command = run_plan(plan, dry_run=True, echo=lambda s: None)[0].command
+    assert "--offset 2 --limit 6 --sample 3 --seed 1 --out" in command
 
 
 def test_a_config_calibrated_on_evaluated_questions_is_refused(tmp_path: Path) -> None:

@@ -163,22 +163,26 @@ def select(
 ) -> list[Example]:
     """First ``limit`` examples from ``offset`` in file order (as the published code evaluates).
 
-    With ``sample``: a seeded random subset of that size, kept in file order. The subset is the prefix of one
-    seeded permutation, so a larger sample with the same seed contains the smaller one (runs can grow).
+    With ``sample``: a seeded random subset of that size drawn from those examples (all of them when no
+    ``limit``), kept in file order. The subset is the prefix of one seeded permutation of them, so a larger
+    sample with the same seed contains the smaller one (runs can grow).
     """
     if offset < 0:
         raise DatasetError(f"offset must be >= 0, got {offset}")
     if limit is not None and limit < 0:
         raise DatasetError(f"limit must be >= 0, got {limit}")
-    chosen = list(examples)
+    chosen = list(examples)[offset:]
+    if limit is not None:
+        chosen = chosen[:limit]
     if sample is not None:
         if sample < 0:
             raise DatasetError(f"sample must be >= 0, got {sample}")
+        if sample > len(chosen):
+            raise DatasetError(
+                f"cannot sample {sample} questions from {len(chosen)} (offset {offset}, limit {limit})"
+            )
         order = list(range(len(chosen)))
         random.Random(seed).shuffle(order)
         keep = sorted(order[:sample])
         chosen = [chosen[i] for i in keep]
-    chosen = chosen[offset:]
-    if limit is not None:
-        chosen = chosen[:limit]
     return chosen

@@ -83,6 +83,8 @@ class Row(_Strict):
     config: str | None = None  # None: the row is planned but has no config yet (``note`` says why)
     set: list[str] = Field(default_factory=list)  # overrides after the plan's, as `quco eval --set`
     limit: int | None = Field(None, ge=1)  # a subset: the first N of the dataset's questions
+    sample: int | None = Field(None, ge=1)  # a subset: a seeded random N of the dataset's questions
+    seed: int = 0  # the seed of ``sample`` (`quco eval --sample N --seed S`)
     match: str | None = None  # a row whose firing rates this random control takes (params.match_run)
     calibrate: list[Calibration] = Field(default_factory=list)
     note: str | None = None
@@ -215,11 +217,21 @@ def _check(plan: Plan, source: str) -> None:
         for row in ds.rows:
             if row.limit is not None and row.limit > ds.limit:
                 raise PlanError(f"{where}/{row.name}: limit {row.limit} exceeds the dataset's {ds.limit}")
+            if row.sample is not None and row.limit is not None:
+                raise PlanError(f"{where}/{row.name}: give a row `limit` or `sample`, not both")
+            if row.sample is not None and row.sample > ds.limit:
+                raise PlanError(f"{where}/{row.name}: sample {row.sample} exceeds the dataset's {ds.limit}")
             if row.match is not None:
                 if row.match not in rows or row.match == row.name:
                     raise PlanError(f"{where}/{row.name}: match '{row.match}' is not another row")
                 if rows.index(row.match) > rows.index(row.name):
                     raise PlanError(f"{where}/{row.name}: the matched row '{row.match}' must come before it")
+                matched = ds.row(row.match)
+                if (row.limit, row.sample, row.seed) != (matched.limit, matched.sample, matched.seed):
+                    raise PlanError(
+                        f"{where}/{row.name}: a control answers the questions of its matched row "
+                        f"'{row.match}'; give it the same limit, sample and seed"
+                    )
             if row.calibrate and cal is None:
                 raise PlanError(
                     f"{where}/{row.name}: the row calibrates a threshold, but the dataset names no "

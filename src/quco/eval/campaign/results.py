@@ -80,12 +80,23 @@ def selected_rows(plan: Plan, datasets: Sequence[str], rows: Sequence[str]) -> l
     ]
 
 
+def row_questions(ds: DatasetPlan, row: Row | None = None) -> Questions:
+    """The questions a row evaluates: the dataset's span, its first ``row.limit``, or a seeded ``row.sample``
+    of the span."""
+    span = ds.row_span(row) if row is not None else ds.span
+    if row is None or row.sample is None:
+        return Questions(limit=span.limit, offset=span.offset)
+    return Questions(limit=span.limit, offset=span.offset, sample=row.sample, seed=row.seed)
+
+
 def planned_ids(ds: DatasetPlan, row: Row | None = None) -> list[str]:
-    """The ids of the questions a row evaluates (the dataset's span, or its first ``row.limit``)."""
+    """The ids of the questions a row evaluates (``row_questions``)."""
     from quco.datasets import load_dataset
 
-    span = ds.row_span(row) if row is not None else ds.span
-    return [ex.id for ex in load_dataset(ds.name, limit=span.limit, offset=span.offset)]
+    q = row_questions(ds, row)
+    return [
+        ex.id for ex in load_dataset(ds.name, limit=q.limit, offset=q.offset, sample=q.sample, seed=q.seed)
+    ]
 
 
 def row_progress(plan: Plan, ds: DatasetPlan, row: Row) -> tuple[int, int]:
@@ -108,9 +119,12 @@ def row_overrides(plan: Plan, ds: DatasetPlan, row: Row) -> list[str]:
 
 def eval_argv(plan: Plan, ds: DatasetPlan, row: Row, config: Path) -> list[str]:
     """The `quco eval` command that runs (or resumes) a row."""
-    span = ds.row_span(row)
+    q = row_questions(ds, row)
     argv = ["quco", "eval", "--config", str(config), "--dataset", ds.name]
-    argv += ["--offset", str(span.offset), "--limit", str(span.limit), "--out", str(plan.run_dir(ds, row))]
+    argv += ["--offset", str(q.offset), "--limit", str(q.limit)]
+    if q.sample is not None:
+        argv += ["--sample", str(q.sample), "--seed", str(q.seed)]
+    argv += ["--out", str(plan.run_dir(ds, row))]
     argv += ["--label", row.title]
     if ds.reprompt:
         argv.append("--reprompt")
@@ -235,15 +249,15 @@ def run_plan(
             continue
         try:
             config = calibrated_config(plan, ds, row, progress) if row.calibrate else Path(row.config)
-            span = ds.row_span(row)
             cmd = shlex.join(eval_argv(plan, ds, row, config))
             echo(f"{ds.name}/{row.name}: {cmd}")
             options = EvalOptions(
                 out_dir=plan.run_dir(ds, row), workers=plan.workers, reprompt=ds.reprompt, progress=progress,
                 label=row.title,
             )  # fmt: skip
-            questions = Questions(limit=span.limit, offset=span.offset)
-            summary = eval_command(config, ds.name, questions, options, sets=row_overrides(plan, ds, row))
+            summary = eval_command(
+                config, ds.name, row_questions(ds, row), options, sets=row_overrides(plan, ds, row)
+            )
         except QucoError as exc:
             done.append(RowRun(ds.name, row.name, "failed", str(exc)))
             echo(f"{ds.name}/{row.name}: FAILED: {exc}")

@@ -117,7 +117,10 @@ def eval_cli(
     ] = None,
     method: Annotated[str | None, typer.Option("--method", "-m", help="Method name.")] = None,
     sample: Annotated[
-        int | None, typer.Option(help="A seeded random sample of N questions instead of the first N.")
+        int | None,
+        typer.Option(
+            help="A seeded random sample of N of the questions --offset/--limit select (all by default)."
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of --sample.")] = 0,
     retry_errors: Annotated[bool, typer.Option(help="Re-run questions recorded with an error.")] = False,
