@@ -83,9 +83,9 @@ def selected_rows(plan: Plan, datasets: Sequence[str], rows: Sequence[str]) -> l
 def row_questions(ds: DatasetPlan, row: Row | None = None) -> Questions:
     """The questions a row evaluates: the dataset's span, its first ``row.limit``, or a seeded ``row.sample``
     of the span."""
-    span = ds.row_span(row) if row is not None else ds.span
-    if row is None or row.sample is None:
-        return Questions(limit=span.limit, offset=span.offset)
+    if row is None:
+        return Questions(limit=ds.limit, offset=ds.offset)
+    span = ds.row_span(row)
     return Questions(limit=span.limit, offset=span.offset, sample=row.sample, seed=row.seed)
 
 
