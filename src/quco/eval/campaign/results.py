@@ -80,16 +80,14 @@ def selected_rows(plan: Plan, datasets: Sequence[str], rows: Sequence[str]) -> l
     ]
 
 
-def row_questions(ds: DatasetPlan, row: Row | None = None) -> Questions:
+def row_questions(ds: DatasetPlan, row: Row) -> Questions:
     """The questions a row evaluates: the dataset's span, its first ``row.limit``, or a seeded ``row.sample``
     of the span."""
-    if row is None:
-        return Questions(limit=ds.limit, offset=ds.offset)
     span = ds.row_span(row)
     return Questions(limit=span.limit, offset=span.offset, sample=row.sample, seed=row.seed)
 
 
-def planned_ids(ds: DatasetPlan, row: Row | None = None) -> list[str]:
+def planned_ids(ds: DatasetPlan, row: Row) -> list[str]:
     """The ids of the questions a row evaluates (``row_questions``)."""
     from quco.datasets import load_dataset
 
