@@ -59,6 +59,11 @@ SR = str(ROOT / "configs/hotpotqa/sr-rag.yaml")
         ),
         ({}, [{"name": "a", "config": SR, "calibrate": [{"param": "entity_threshold"}]}], "no calibration"),
         ({}, [{"name": "a", "config": SR, "sett": ["x=1"]}], "rows.0.sett"),
+        (
+            {"calibration": {"offset": N, "limit": 2}},
+            [{"name": "a", "config": SR, "calibrate": [{"target": "em", "from_pass": "p"}]}],
+            "from_pass calibrates a black-box trigger's threshold for a rate",
+        ),
         ({}, [{"name": "a", "config": str(ROOT / "configs/nope.yaml")}], "cannot read config"),
     ],
 )
@@ -119,14 +124,11 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
         earlier = {"hotpotqa": "always", "2wikimultihopqa": "never"}.get(ds)
         llm = {f"quco-{earlier}", f"quco-llm-{earlier}"} if earlier else {"quco-llm"}
         blackbox = {f"blackbox-{e}{c}" for e in ("eccentricity", "degmat") for c in ("", "-random")}
-        published |= blackbox if ds != "pubmedqa" else set()  # planned; configs once their thresholds are set
+        published |= blackbox if ds != "pubmedqa" else set()
         assert set(cmds) == {"wo-rag", "sr-rag", "fs-rag", "flare", "dtr-ugt", "dtr", "dtr-cal", "dtr-random",
                              "quco", "quco-published", "quco-random", "dragin", "seakr",
                              "gate"} | published | llm  # fmt: skip
         for row, cmd in cmds.items():
-            if row.startswith("blackbox-"):
-                assert by[(ds, row)].action == "skipped" and not cmd and "no config" in by[(ds, row)].detail
-                continue
             assert "--set generator.model=qwen2.5-coder-1.5b-instruct" in cmd
             limit = {"seakr": "50"}.get(row, "200")
             assert "--offset 0 --limit " + limit in cmd
@@ -145,6 +147,19 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
                 f"--set params.entity_threshold={threshold}"
             )
         assert f"params.match_run=results/headline/{ds}/dtr-cal" in cmds["dtr-random"]
+        if blackbox & published:  # a seeded 100; both triggers read their thresholds from one sampling pass
+            pass_dir = f"results/calibration/{ds}/blackbox-pass"
+            for est in ("eccentricity", "degmat"):
+                assert "--sample 100 --seed 0" in cmds[f"blackbox-{est}"]
+                assert f"{ds}/blackbox-{est}.calibrated.yaml" in cmds[f"blackbox-{est}"]
+                if not Path(pass_dir, "results.jsonl").is_file():
+                    assert f"recording the sampling pass in {pass_dir}" in cmds[f"blackbox-{est}"]
+                control = cmds[f"blackbox-{est}-random"]
+                assert (
+                    f"configs/world/{ds}/random-sentence.yaml" in control
+                    and "--sample 100 --seed 0" in control
+                )
+                assert f"params.match_run=results/headline/{ds}/blackbox-{est}" in control
         assert "uncertainty_threshold" in cmds["dtr-cal"] and f"configs/world/{ds}/dtr.yaml" in cmds["dtr"]
         # each row is tested against the control matched to it, else the dataset's; a control against none
         plan_ds = next(d for d in plan.datasets if d.name == ds)
@@ -196,7 +211,8 @@ def test_the_cli_prints_the_headline_plan_and_refuses_a_broken_one(
     fresh = _write(tmp_path / "headline.yaml", spec)
     shown = CliRunner().invoke(app, ["results", "run", str(fresh), "--dry-run", "--dataset", "hotpotqa"])
     assert shown.exit_code == 0, shown.output
-    assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 19
+    assert shown.output.count("quco eval --config configs/world/hotpotqa/") == 21
+    assert shown.output.count("calibrating threshold)") == 2  # the two black-box rows
     assert "(after 'quco' completes)" in shown.output
     assert "(after 'quco-published' completes)" in shown.output
     bad = _write(
@@ -576,6 +592,64 @@ def test_run_then_tabulate_end_to_end_on_the_default_model(
     status = runner.invoke(app, ["results", "status", str(plan)])
     assert status.exit_code == 0, status.output
     assert "3 of 3 rows complete, 0 rows open." in status.output
+
+
+def test_black_box_rows_share_one_recorded_sampling_pass(
+    tmp_path_factory: pytest.TempPathFactory, small_hotpot_corpus: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two black-box rows whose estimators differ read their thresholds from one never-retrieving sampling pass
+    (real default model, the paragraphs of 30 dev questions). The pass was begun by the Eccentricity config and
+    interrupted; the DegMat row, first in the plan, resumes it as it was begun and the Eccentricity row reuses
+    it. Each threshold is the one `quco calibrate --from-run` reads from that pass for its estimator."""
+    import logging
+    import math
+
+    from quco.config import load_config, parse_override
+    from quco.eval.calibrate.search import scores_from_run, threshold_for_rate
+    from quco.eval.run.command import eval_command
+
+    tmp_path = tmp_path_factory.mktemp("plan")
+    idx = tmp_path_factory.mktemp("idx")
+    sets = [f"retriever.corpus={small_hotpot_corpus}", f"retriever.index_dir={idx / 'bm25'}",
+            "generation.max_new_tokens=16", "prompt.fewshot=1", "params.n_samples=2",
+            "params.sentence_tokens=8"]  # fmt: skip
+    pass_dir = tmp_path / "passes" / "blackbox-pass"
+    ecc_config = ROOT / "configs/hotpotqa/blackbox-eccentricity.yaml"
+    # the pass as an interrupted run leaves it: the first of the two calibration questions recorded
+    eval_command(ecc_config, "hotpotqa", Questions(limit=1, offset=2), EvalOptions(out_dir=pass_dir, progress=False),
+                 [*sets, "params.threshold=.inf"])  # fmt: skip
+    cal = [{"param": "threshold", "target": "rate", "rate": 0.5, "from_pass": str(pass_dir)}]
+    rows = [
+        {"name": "deg", "config": str(ROOT / "configs/hotpotqa/blackbox-degmat.yaml"), "calibrate": cal},
+        {"name": "ecc", "config": str(ecc_config), "calibrate": cal},
+    ]
+    spec = _plan(tmp_path, rows, limit=1, calibration={"offset": 2, "limit": 2}) | {"set": sets, "workers": 1}
+    plan = load_plan(_write(tmp_path / "plan.yaml", spec))
+    for planned in run_plan(plan, dry_run=True, echo=lambda s: None):
+        assert planned.command.startswith(f"(after recording the sampling pass in {pass_dir} and calibrating")
+    with caplog.at_level(logging.INFO, logger="quco.eval.campaign.results"):
+        done = run_plan(plan, progress=False, echo=lambda s: None)
+    assert [r.action for r in done] == ["ran", "ran"], done
+    recording = [m for m in caplog.messages if "recording the sampling pass" in m]
+    assert len(recording) == 1 and "(1 questions to answer)" in recording[0]  # resumed once, then reused
+    recorded = load_run(pass_dir)
+    assert [r.id for r in recorded.records] == [e.id for e in load_dataset("hotpotqa", offset=2, limit=2)]
+    assert not any(r.error for r in recorded.records)
+    assert recorded.config.pipeline["params"]["estimator"] == "eccentricity"
+    assert math.isinf(float(recorded.config.pipeline["params"]["threshold"]))
+    overrides = dict(parse_override(s) for s in sets)
+    runs = tmp_path / "runs" / "hotpotqa"
+    for name in ("deg", "ecc"):
+        copy = runs / f"{name}.calibrated.yaml"
+        text = copy.read_text(encoding="utf-8")
+        assert f"threshold rate 0.5 from the pass {pass_dir} on hotpotqa questions 2:4" in text.split("\n")[0]
+        assert "calibrated: rate 0.5 on hotpotqa questions 2:4" in text
+        scores, answered, _ = scores_from_run(pass_dir, load_config(copy, overrides=overrides))
+        assert answered == 2 and scores
+        theta = yaml.safe_load(text)["params"]["threshold"]  # this estimator's scores of the shared samples
+        assert theta == pytest.approx(threshold_for_rate(scores, 0.5))
+        assert load_run(runs / name).config.pipeline["params"]["threshold"] == pytest.approx(theta)
+        assert len(load_run(runs / name).records) == 1
 
 
 def test_the_committed_headline_runs_are_what_the_plan_resolves_to() -> None:

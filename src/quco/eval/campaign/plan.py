@@ -64,6 +64,10 @@ class Calibration(_Strict):
     param: str = "threshold"
     target: Literal["rate", "em"] = "rate"
     rate: float = Field(0.5, ge=0.0, le=1.0)
+    # A black-box threshold read from a recorded never-retrieving sampling pass (`quco calibrate --from-run`):
+    # the pass's run directory, recorded there on the calibration questions by the first row that needs it, so
+    # that rows whose estimators differ share one pass (their samples do not depend on the estimator).
+    from_pass: str | None = None
 
     @model_validator(mode="after")
     def _known(self) -> Calibration:
@@ -71,7 +75,18 @@ class Calibration(_Strict):
             raise ValueError(
                 f"unknown threshold parameter '{self.param}'; use one of {', '.join(PARAM_NAMES)}"
             )
+        if self.from_pass is not None and (self.param, self.target) != ("threshold", "rate"):
+            raise ValueError(
+                "from_pass calibrates a black-box trigger's threshold for a rate: give it param: threshold "
+                "and target: rate"
+            )
         return self
+
+    @property
+    def spec(self) -> str:
+        """The calibration in one phrase (the header of a calibrated copy names it)."""
+        text = f"{self.param} {self.target} {self.rate:g}"
+        return text + (f" from the pass {self.from_pass}" if self.from_pass else "")
 
 
 class Row(_Strict):

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from quco.errors import QucoError
-from quco.eval.campaign.plan import DatasetPlan, Plan, PlanError, Row, check_config_notes
+from quco.eval.campaign.plan import Calibration, DatasetPlan, Plan, PlanError, Row, check_config_notes
 from quco.eval.run.command import eval_command
 from quco.eval.run.runner import EvalOptions, Questions
 from quco.eval.runs.records import Record
@@ -137,7 +137,7 @@ def _calibration_header(plan: Plan, ds: DatasetPlan, row: Row) -> str:
     """The first line of a calibrated copy: what it was made from, so a changed source or plan is noticed."""
     assert row.config is not None and ds.calibration is not None
     source = hashlib.sha256(Path(row.config).read_bytes()).hexdigest()[:16]
-    specs = "; ".join(f"{c.param} {c.target} {c.rate:g}" for c in row.calibrate)
+    specs = "; ".join(c.spec for c in row.calibrate)
     inputs = hashlib.sha256("\n".join([*row_overrides(plan, ds, row), specs]).encode("utf-8")).hexdigest()[
         :16
     ]
@@ -154,7 +154,7 @@ def calibrated_config(plan: Plan, ds: DatasetPlan, row: Row, progress: bool = Tr
     calibration targets; a copy made from anything else is refused rather than silently reused.
     """
     from quco.config import parse_override
-    from quco.eval.calibrate.search import calibrate, write_threshold
+    from quco.eval.calibrate.search import calibrate, rate_from_runs, write_threshold
 
     assert row.config is not None and ds.calibration is not None  # checked when the plan was loaded
     dest = plan.calibrated_config(ds, row)
@@ -176,10 +176,14 @@ def calibrated_config(plan: Plan, ds: DatasetPlan, row: Row, progress: bool = Tr
     try:
         for spec in row.calibrate:
             log.info("%s/%s: calibrating %s on questions %s", ds.name, row.name, spec.param, cal)
-            result = calibrate(
-                tmp, ds.name, cal.offset, cal.limit, spec.target, spec.rate,
-                overrides=overrides, progress=progress, param=spec.param,
-            )  # fmt: skip
+            if spec.from_pass is not None:
+                recorded = record_pass(plan, ds, row, spec, progress)
+                result, _ = rate_from_runs(tmp, [recorded], spec.rate, overrides)
+            else:
+                result = calibrate(
+                    tmp, ds.name, cal.offset, cal.limit, spec.target, spec.rate,
+                    overrides=overrides, progress=progress, param=spec.param,
+                )  # fmt: skip
             goal = f"rate {spec.rate:g}" if spec.target == "rate" else "best EM"
             note = (
                 f"calibrated: {goal} on {ds.name} questions {cal.offset}:{cal.end} "
@@ -190,6 +194,47 @@ def calibrated_config(plan: Plan, ds: DatasetPlan, row: Row, progress: bool = Tr
     finally:
         tmp.unlink(missing_ok=True)
     return dest
+
+
+def _pass_missing(ds: DatasetPlan, spec: Calibration) -> int:
+    """How many of the dataset's calibration questions the recorded pass of ``spec`` still lacks."""
+    from quco.datasets import load_dataset
+
+    assert ds.calibration is not None and spec.from_pass is not None
+    cal = ds.calibration
+    wanted = {ex.id for ex in load_dataset(ds.name, limit=cal.limit, offset=cal.offset)}
+    out = Path(spec.from_pass)
+    if (out / CONFIG_FILE).is_file():
+        wanted -= {r.id for r in load_run(out).records}
+    return len(wanted)
+
+
+def record_pass(plan: Plan, ds: DatasetPlan, row: Row, spec: Calibration, progress: bool = True) -> Path:
+    """The never-retrieving sampling pass ``spec`` reads its threshold from, recorded (or resumed) on the
+    dataset's calibration questions with the row's config, its overrides and ``params.threshold=.inf``.
+
+    A complete pass is reused as it is, whichever row recorded it, and an interrupted one is resumed with the
+    estimator and similarity it was begun with (they score the samples, they do not draw them). A row whose
+    sampling settings differ is refused when its threshold is read from it
+    (``quco.eval.calibrate.search.scores_from_run``).
+    """
+    assert row.config is not None and ds.calibration is not None and spec.from_pass is not None
+    out = Path(spec.from_pass)
+    missing = _pass_missing(ds, spec)
+    if missing:
+        cal = ds.calibration
+        log.info("%s/%s: recording the sampling pass in %s (%d questions to answer)", ds.name, row.name, out,
+                 missing)  # fmt: skip
+        options = EvalOptions(
+            out_dir=out, workers=plan.workers, progress=progress,
+            label=f"never-retrieving sampling pass on {ds.name} questions {cal.offset}:{cal.end}",
+        )  # fmt: skip
+        sets = [*row_overrides(plan, ds, row), f"params.{spec.param}=.inf"]
+        if (out / CONFIG_FILE).is_file():
+            begun = (load_run(out).config.pipeline or {}).get("params") or {}
+            sets += [f"params.{k}={begun[k]}" for k in ("estimator", "similarity") if k in begun]
+        eval_command(Path(row.config), ds.name, Questions(limit=cal.limit, offset=cal.offset), options, sets)
+    return out
 
 
 def _dry_run(plan: Plan, ds: DatasetPlan, row: Row, waiting: str) -> RowRun:
@@ -204,7 +249,9 @@ def _dry_run(plan: Plan, ds: DatasetPlan, row: Row, waiting: str) -> RowRun:
         return RowRun(ds.name, row.name, "failed", f"the config does not resolve: {exc}")
     cmd = shlex.join(eval_argv(plan, ds, row, config))
     if row.calibrate and not config.is_file():
-        cmd = f"(after calibrating {', '.join(c.param for c in row.calibrate)}) {cmd}"
+        passes = [c.from_pass for c in row.calibrate if c.from_pass and _pass_missing(ds, c)]
+        first = f"recording the sampling pass in {', '.join(passes)} and " if passes else ""
+        cmd = f"(after {first}calibrating {', '.join(c.param for c in row.calibrate)}) {cmd}"
     if waiting:
         cmd = f"(after '{row.match}' completes) {cmd}"
     return RowRun(ds.name, row.name, "planned", command=cmd)
