@@ -160,7 +160,11 @@ def test_the_headline_plan_resolves_every_row(monkeypatch: pytest.MonkeyPatch) -
                     and "--sample 100 --seed 0" in control
                 )
                 assert f"params.match_run=results/headline/{ds}/blackbox-{est}" in control
-        assert "uncertainty_threshold" in cmds["dtr-cal"] and f"configs/world/{ds}/dtr.yaml" in cmds["dtr"]
+        # the calibrated row runs its copy of dtr.yaml (made before its first run, then committed with it)
+        assert (
+            f"{ds}/dtr-cal.calibrated.yaml" in cmds["dtr-cal"]
+            and f"configs/world/{ds}/dtr.yaml" in cmds["dtr"]
+        )
         # each row is tested against the control matched to it, else the dataset's; a control against none
         plan_ds = next(d for d in plan.datasets if d.name == ds)
         controls = {row.name: plan_ds.control_for(row) for row in plan_ds.rows}
