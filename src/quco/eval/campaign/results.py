@@ -97,14 +97,18 @@ def planned_ids(ds: DatasetPlan, row: Row) -> list[str]:
     ]
 
 
+def recorded_count(run_dir: Path, ids: Sequence[str]) -> int:
+    """How many of ``ids`` the run in ``run_dir`` has recorded (0 when there is no run yet)."""
+    if not (run_dir / CONFIG_FILE).is_file():
+        return 0
+    recorded = {r.id for r in load_run(run_dir).records}
+    return sum(1 for i in ids if i in recorded)
+
+
 def row_progress(plan: Plan, ds: DatasetPlan, row: Row) -> tuple[int, int]:
     """(questions recorded, questions planned) of a row."""
     ids = planned_ids(ds, row)
-    run_dir = plan.run_dir(ds, row)
-    if not (run_dir / CONFIG_FILE).is_file():
-        return 0, len(ids)
-    recorded = {r.id for r in load_run(run_dir).records}
-    return sum(1 for i in ids if i in recorded), len(ids)
+    return recorded_count(plan.run_dir(ds, row), ids), len(ids)
 
 
 def row_overrides(plan: Plan, ds: DatasetPlan, row: Row) -> list[str]:
@@ -202,11 +206,8 @@ def _pass_missing(ds: DatasetPlan, spec: Calibration) -> int:
 
     assert ds.calibration is not None and spec.from_pass is not None
     cal = ds.calibration
-    wanted = {ex.id for ex in load_dataset(ds.name, limit=cal.limit, offset=cal.offset)}
-    out = Path(spec.from_pass)
-    if (out / CONFIG_FILE).is_file():
-        wanted -= {r.id for r in load_run(out).records}
-    return len(wanted)
+    ids = [ex.id for ex in load_dataset(ds.name, limit=cal.limit, offset=cal.offset)]
+    return len(ids) - recorded_count(Path(spec.from_pass), ids)
 
 
 def record_pass(plan: Plan, ds: DatasetPlan, row: Row, spec: Calibration, progress: bool = True) -> Path:
