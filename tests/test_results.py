@@ -420,7 +420,7 @@ def test_status_counts_rows_and_estimates_the_hours_left(tmp_path: Path) -> None
     from typer.testing import CliRunner
 
     from quco.cli import app
-    from quco.eval.campaign.status import plan_status
+    from quco.eval.campaign.status import pace, plan_status
 
     def rows() -> list[dict]:
         return [
@@ -446,7 +446,7 @@ def test_status_counts_rows_and_estimates_the_hours_left(tmp_path: Path) -> None
         Questions(limit=2),
         EvalOptions(out_dir=runs / "hotpotqa/quco", progress=False),
     )
-    # An hour-long pause during sr-rag's first question: the mean shows it, the estimate's median does not.
+    # An hour-long pause during sr-rag's first question: the mean shows it, the estimate's pace does not.
     lines = (runs / "hotpotqa/sr-rag/results.jsonl").read_text(encoding="utf-8").splitlines()
     first = json.loads(lines[0])
     first["seconds"] += 3600.0
@@ -454,8 +454,8 @@ def test_status_counts_rows_and_estimates_the_hours_left(tmp_path: Path) -> None
     (runs / "hotpotqa/sr-rag/results.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     by = {f"{st.dataset}/{st.row}": st for st in plan_status(plan)}
     sr, quco = load_run(runs / "hotpotqa/sr-rag"), load_run(runs / "hotpotqa/quco")
-    sr_pace = statistics.median(r.seconds for r in sr.records)  # the estimate's pace: the median
-    quco_pace = statistics.median(r.seconds for r in quco.records)
+    sr_pace = pace([r.seconds for r in sr.records])
+    quco_pace = statistics.median(r.seconds for r in quco.records)  # fewer than 4 recorded: the median
     assert (by["hotpotqa/sr-rag"].state, by["hotpotqa/sr-rag"].hours_left) == ("complete", 0.0)
     mean = statistics.fmean(r.seconds for r in sr.records)  # the s/q column: the mean
     assert sr_pace < 600.0 <= mean
@@ -483,6 +483,22 @@ def test_status_counts_rows_and_estimates_the_hours_left(tmp_path: Path) -> None
     assert "for 1 row at their recorded pace; 1 row without a pace yet (left: ?)." in shown.output
     bad = CliRunner().invoke(app, ["results", "status", str(tmp_path / "plan.yaml"), "--row", "nope"])
     assert bad.exit_code != 0 and "the plan has no row 'nope'" in bad.output
+
+
+def test_a_pace_keeps_a_gated_rows_costly_questions_and_drops_a_pause() -> None:
+    """A row that retrieves for 40 of 100 questions (2 s without, 20 s with): its pace is the mean, 9.2 s, where
+    the median (2 s) would put its remaining hours at a fifth. A question timed across an hour's pause is left
+    out; a slow question within the outer fence is kept."""
+    from quco.eval.campaign.status import pace
+
+    gated = [2.0] * 60 + [20.0] * 40
+    assert statistics.median(gated) == 2.0
+    assert pace(gated) == pytest.approx(9.2)
+    assert pace([*gated[:-1], 3620.0]) == pytest.approx((60 * 2.0 + 39 * 20.0) / 99)
+    assert pace([*gated[:-1], 60.0]) == pytest.approx((60 * 2.0 + 39 * 20.0 + 60.0) / 100)
+    assert pace([5.0, 900.0]) == pytest.approx(452.5)  # too few to tell an outlier: the median
+    with pytest.raises(ValueError):
+        pace([])
 
 
 def test_status_paces_a_row_by_the_questions_this_processor_answered(tmp_path: Path) -> None:
@@ -519,9 +535,9 @@ def test_status_paces_a_row_by_the_questions_this_processor_answered(tmp_path: P
     assert "at the pace of hotpotqa/sr-rag on this processor" in shown
     assert "This machine: Slow CPU. Paced on this processor: 2 of the 2 rows with a pace" in shown
 
-    # One question on the fast processor is too few: the pace is the median of all four.
+    # One question on the fast processor is too few: the pace is that of all four (none beyond the fence).
     fast = {f"{st.dataset}/{st.row}": st for st in plan_status(plan, processor="Fast CPU")}["hotpotqa/sr-rag"]
-    assert (fast.on_here, fast.pace_here, fast.pace) == (1, False, 55.0)
+    assert (fast.on_here, fast.pace_here, fast.pace) == (1, False, 47.5)
     shown = "\n".join(render_status([fast], processor="Fast CPU"))
     assert "on this processor" not in shown.split("This machine")[0]
     assert "Paced on this processor: 0 of the 1 row with a pace" in shown
