@@ -311,7 +311,21 @@ def test_the_results_table_draws_each_datasets_frontier(runs: dict[str, Path], t
             ],
         }
     )
-    ready, missing = gate_sections(plan, [], n_boot=100)
+    # Two complete rows: one answers both evaluated questions (a point), one only the first (a note, no point).
+    from quco.eval.campaign.plan import Row
+    from quco.eval.campaign.results import RowResult
+    from quco.eval.runs.store import load_run
+
+    hp = plan.datasets[0]
+    sr = load_run(runs["sr"])
+    ids = [r.id for r in sr.records if 0 <= r.index < 2]
+    rows = [
+        RowResult(hp, Row(name="sr-rag", short="SR-RAG"), runs["sr"], 2, sr.restricted(ids), "complete"),
+        RowResult(hp, Row(name="bb", short="Black-box"), runs["sr"], 1, sr.restricted(ids[:1]), "complete"),
+    ]
+    ready, missing = gate_sections(plan, rows, n_boot=100)
+    assert set(ready.report.methods) == {"sr-rag"}  # not a row of the plan: its name
+    assert ready.notes[-1].startswith("Not drawn here: Black-box (1 of 2 questions).")
     assert ready.report is not None and ready.report.n == 2 and ready.report.n_calibration == 2
     assert ready.figure == tmp_path / "fig.png" and ready.figure.stat().st_size > 10_000
     text = "\n".join(markdown_lines([ready, missing], tmp_path / "results.md"))

@@ -788,6 +788,7 @@ def test_the_results_page_fits_the_window_and_shows_each_figure(tmp_path: Path) 
         {"name": "quco", "label": long, "config": str(ROOT / "configs/hotpotqa/quco.yaml")},
         {"name": "random", "label": f"Random control of the {long}", "short": "Random control",
          "config": str(ROOT / "configs/hotpotqa/quco-random.yaml"), "match": "quco"},
+        {"name": "dragin", "label": "DRAGIN", "config": str(ROOT / "configs/hotpotqa/dragin.yaml"), "limit": 3},
     ]  # fmt: skip
     cal = {"offset": 10, "limit": 5}
     spec = _plan(tmp_path, rows, title="HotpotQA (dev)", baseline="sr-rag", control="random", calibration=cal)
@@ -797,7 +798,9 @@ def test_the_results_page_fits_the_window_and_shows_each_figure(tmp_path: Path) 
     spec |= {"markdown": str(docs / "results.md"), "html": str(docs / "results.html"), "readme": str(readme)}
     plan = load_plan(_write(tmp_path / "plan.yaml", spec))
     runs = tmp_path / "runs" / "hotpotqa"
-    for name, p, limit in (("wo-rag", 0.2, N), ("sr-rag", 0.4, N), ("quco", 0.6, N), ("random", 0.5, 4)):
+    for name, p, limit in (
+        ("wo-rag", 0.2, N), ("sr-rag", 0.4, N), ("quco", 0.6, N), ("random", 0.5, 4), ("dragin", 0.5, 3)
+    ):  # fmt: skip
         run_eval(
             _answerer(name, p),
             "hotpotqa",
@@ -823,6 +826,12 @@ def test_the_results_page_fits_the_window_and_shows_each_figure(tmp_path: Path) 
         f"| Random control | {100 * random['em'].mean:.1f} (n=4) | {random['retrievals'].mean:.2f} |"
         in summary
     )
+    dragin = by["dragin"].stats  # complete on the 3 questions it plans: it says so
+    assert f"| DRAGIN | {100 * dragin['em'].mean:.1f} (3 q) | {dragin['retrievals'].mean:.2f} |" in summary
+    from quco.eval.render.results import _point_label  # and its point in the figure
+
+    labels = [_point_label(by[name]) for name in ("dragin", "random", "quco")]
+    assert labels == [f"DRAGIN (3 of {N} q)", "Random control (n=4)", "QuCo-RAG"]
     assert "| method | HotpotQA EM | r/q |" in summary and "](docs/figures/results-hotpotqa.png)" in summary
     assert "](figures/results-hotpotqa.png)" in (docs / "results.md").read_text(encoding="utf-8")
 

@@ -46,6 +46,18 @@ def _points(ds: DatasetPlan, results: Sequence[Any], ids: set[str]) -> dict[str,
     return out
 
 
+def _subset_rows(ds: DatasetPlan, results: Sequence[Any], ids: set[str]) -> list[str]:
+    """The complete rows of the dataset that answer only some of the frontier's questions, with their counts."""
+    out = []
+    for r in results:
+        if r.dataset is not ds or r.status != "complete" or r.run is None:
+            continue
+        n = sum(1 for x in r.run.records if x.id in ids and x.trace)
+        if n < len(ids):
+            out.append(f"{r.row.short_title} ({n} of {len(ids)} questions)")
+    return out
+
+
 def gate_sections(plan: Plan, results: Sequence[Any], n_boot: int = 2000) -> list[GateSection]:
     """The frontier of every dataset whose plan has a ``gate`` entry; a problem instead when its runs fall short."""
     out = []
@@ -87,6 +99,13 @@ def gate_sections(plan: Plan, results: Sequence[Any], n_boot: int = 2000) -> lis
             )
             continue
         points = _points(ds, results, set(ev.ids))
+        apart = _subset_rows(ds, results, set(ev.ids))
+        if apart:
+            notes.append(
+                f"Not drawn here: {', '.join(apart)}. Each answers only part of the frontier's questions, so its "
+                "point would not be comparable with these; the results figure and table show it on its own "
+                "questions, beside SR-RAG on the same ones."
+            )
         titles = {row.name: row.short_title for row in ds.rows}  # as in the results figures
         report = build_report(
             data,

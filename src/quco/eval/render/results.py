@@ -255,7 +255,14 @@ def _plotted(results: Sequence[RowResult], ds: DatasetPlan) -> list[RowResult]:
 
 
 def _point_label(res: RowResult) -> str:
-    return res.row.short_title + ("" if res.status == "complete" else f" (n={res.answered})")
+    """A row's short title; a running row says how many questions it has, and a row planned on a subset of the
+    dataset's questions (SeaKR's first 50, a seeded 100) says which share, since its point is over other
+    questions than the rest."""
+    if res.status != "complete":
+        return f"{res.row.short_title} (n={res.answered})"
+    if res.planned < res.dataset.limit:
+        return f"{res.row.short_title} ({res.planned} of {res.dataset.limit} q)"
+    return res.row.short_title
 
 
 def results_figure(ds: DatasetPlan, rows: Sequence[RowResult], path: Path) -> Path:
@@ -316,6 +323,8 @@ def render_summary(
         for r in _plotted(results, ds):
             em, ret = r.stats["em"], r.stats["retrievals"]
             partial = "" if r.status == "complete" else f" (n={r.answered})"
+            if r.status == "complete" and r.planned < ds.limit:
+                partial = f" ({r.planned} q)"
             cells.setdefault(r.row.short_title, {})[ds.name] = [
                 f"{100 * em.mean:.1f}{partial}",
                 f"{ret.mean:.2f}",
@@ -331,7 +340,8 @@ def render_summary(
     lines = [SUMMARY_BEGIN, ""] + _md_table(head, rows) + [""]
     lines.append(
         f"{' or '.join(spans)} questions per dataset; EM and accuracy in %, r/q: retrievals per question. "
-        "(n=…): a row still running, on its first n questions. The figures show each row with its 95% "
+        "(n=…): a row still running, on its first n questions; (N q): a row planned on N of them (SeaKR's "
+        "first 50, a seeded sample). The figures show each row with its 95% "
         f"intervals; [{plan.markdown}]({_relative(Path(plan.markdown), path.parent)}) has every table and its "
         "reading. Generated "
         f"{datetime.now(UTC).strftime('%Y-%m-%d')} by `quco results table {plan_path}`."
