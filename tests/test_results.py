@@ -647,6 +647,18 @@ def test_black_box_rows_share_one_recorded_sampling_pass(
     plan = load_plan(_write(tmp_path / "plan.yaml", spec))
     for planned in run_plan(plan, dry_run=True, echo=lambda s: None):
         assert planned.command.startswith(f"(after recording the sampling pass in {pass_dir} and calibrating")
+    # `quco results status` charges the pass's missing question to the first row, at the pass's pace, and both
+    # rows, with no pace of their own, take the pass's
+    from quco.eval.campaign.status import pace, plan_status, render_status
+
+    deg, ecc = plan_status(plan)
+    pass_pace = pace([r.seconds for r in load_run(pass_dir).records])
+    assert (deg.pass_left, deg.pass_dir, deg.pass_pace, deg.pace) == (1, str(pass_dir), pass_pace, pass_pace)
+    assert (ecc.pass_left, ecc.pace, ecc.pace_from) == (0, pass_pace, f"its sampling pass {pass_dir}")
+    assert deg.hours_left == pytest.approx(2 * pass_pace / 3600) and ecc.hours_left == pytest.approx(
+        pass_pace / 3600
+    )
+    assert "records its sampling pass first (1 question left)" in "\n".join(render_status([deg, ecc], "cpu"))
     with caplog.at_level(logging.INFO, logger="quco.eval.campaign.results"):
         done = run_plan(plan, progress=False, echo=lambda s: None)
     assert [r.action for r in done] == ["ran", "ran"], done

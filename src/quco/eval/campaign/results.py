@@ -200,7 +200,7 @@ def calibrated_config(plan: Plan, ds: DatasetPlan, row: Row, progress: bool = Tr
     return dest
 
 
-def _pass_missing(ds: DatasetPlan, spec: Calibration) -> int:
+def pass_missing(ds: DatasetPlan, spec: Calibration) -> int:
     """How many of the dataset's calibration questions the recorded pass of ``spec`` still lacks."""
     from quco.datasets import load_dataset
 
@@ -221,7 +221,7 @@ def record_pass(plan: Plan, ds: DatasetPlan, row: Row, spec: Calibration, progre
     """
     assert row.config is not None and ds.calibration is not None and spec.from_pass is not None
     out = Path(spec.from_pass)
-    missing = _pass_missing(ds, spec)
+    missing = pass_missing(ds, spec)
     if missing:
         cal = ds.calibration
         log.info("%s/%s: recording the sampling pass in %s (%d questions to answer)", ds.name, row.name, out,
@@ -250,7 +250,7 @@ def _dry_run(plan: Plan, ds: DatasetPlan, row: Row, waiting: str) -> RowRun:
         return RowRun(ds.name, row.name, "failed", f"the config does not resolve: {exc}")
     cmd = shlex.join(eval_argv(plan, ds, row, config))
     if row.calibrate and not config.is_file():
-        passes = [c.from_pass for c in row.calibrate if c.from_pass and _pass_missing(ds, c)]
+        passes = [c.from_pass for c in row.calibrate if c.from_pass and pass_missing(ds, c)]
         first = f"recording the sampling pass in {', '.join(passes)} and " if passes else ""
         cmd = f"(after {first}calibrating {', '.join(c.param for c in row.calibrate)}) {cmd}"
     if waiting:

@@ -20,10 +20,11 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from quco.errors import QucoError
 from quco.eval.campaign.plan import DatasetPlan, Plan, Row
-from quco.eval.campaign.results import planned_ids, selected_rows
+from quco.eval.campaign.results import pass_missing, planned_ids, selected_rows
 from quco.eval.runs.store import CONFIG_FILE, Record, load_run
 from quco.machine import cpu_name
 
@@ -47,6 +48,9 @@ class RowStatus:
     pace_here: bool = False  # ``pace`` is that of the questions answered on this machine's processor
     waits_for: str = ""  # a matched control's row, while that row is incomplete
     problem: str = ""
+    pass_dir: str = ""  # the sampling pass this row records before its own questions (``from_pass``)
+    pass_left: int = 0  # the pass's calibration questions still to record
+    pass_pace: float | None = None  # seconds per pass question: the pass's own pace, else the row's
 
     @property
     def is_open(self) -> bool:
@@ -57,7 +61,10 @@ class RowStatus:
     def hours_left(self) -> float | None:
         if not self.is_open:
             return 0.0
-        return None if self.pace is None else (self.planned - self.recorded) * self.pace / 3600.0
+        if self.pace is None:
+            return None
+        first = self.pass_left * (self.pace if self.pass_pace is None else self.pass_pace)
+        return (first + (self.planned - self.recorded) * self.pace) / 3600.0
 
 
 def _seconds(records: Sequence[Record]) -> list[float]:
@@ -135,7 +142,35 @@ def plan_status(
                 best = max(donors, key=lambda d: (d.pace_here, d.recorded))
                 st.pace, st.pace_from = best.pace, f"{best.dataset}/{best.row}"
                 st.pace_here = best.pace_here
+    _count_passes(plan, every)
     return [every[(ds.name, row.name)] for ds, row in selected]
+
+
+def _count_passes(plan: Plan, every: dict[tuple[str, str], RowStatus]) -> None:
+    """Charge each unfinished sampling pass (``from_pass``) to the first open row of the plan that reads it:
+    that row records it before its own questions, and the rows after it reuse it. A row with no pace of its own
+    or of a namesake takes its pass's: the same drafts and samples, without the retrievals (an underestimate)."""
+    charged: set[str] = set()
+    paces: dict[str, float | None] = {}
+    for ds, row in plan.rows():
+        st = every[(ds.name, row.name)]
+        if not st.is_open or ds.calibration is None:
+            continue
+        for spec in row.calibrate:
+            if spec.from_pass is None:
+                continue
+            if spec.from_pass not in paces:
+                recorded = Path(spec.from_pass)
+                seconds = _seconds(load_run(recorded).records) if (recorded / CONFIG_FILE).is_file() else []
+                paces[spec.from_pass] = pace(seconds) if seconds else None
+            if st.pace is None and paces[spec.from_pass] is not None:
+                st.pace, st.pace_from = paces[spec.from_pass], f"its sampling pass {spec.from_pass}"
+            if spec.from_pass in charged:
+                continue
+            charged.add(spec.from_pass)
+            missing = pass_missing(ds, spec)
+            if missing:
+                st.pass_dir, st.pass_left, st.pass_pace = spec.from_pass, missing, paces[spec.from_pass]
 
 
 def _hours(h: float | None) -> str:
@@ -162,6 +197,9 @@ def render_status(statuses: Sequence[RowStatus], processor: str) -> list[str]:
             notes.append(f"at the pace of {st.pace_from}" + (" on this processor" if st.pace_here else ""))
         elif st.pace_here and st.is_open:
             notes.append(f"at the pace of its {st.on_here} questions on this processor")
+        if st.pass_left:
+            left = f"{st.pass_left} question" + ("s" if st.pass_left != 1 else "")
+            notes.append(f"records its sampling pass first ({left} left)")
         if st.problem:
             notes.append(st.problem)
         own = "—" if st.seconds_per_question is None else f"{st.seconds_per_question:.1f}"
