@@ -340,7 +340,7 @@ def render_summary(
     lines = [SUMMARY_BEGIN, ""] + _md_table(head, rows) + [""]
     lines.append(
         f"{' or '.join(spans)} questions per dataset; EM and accuracy in %, r/q: retrievals per question. "
-        "(n=…): a row still running, on its first n questions; (N q): a row planned on N of them (SeaKR's "
+        "(n=…): a row still running, on the n questions it has answered; (N q): a row planned on N of them (SeaKR's "
         "first 50, a seeded sample). The figures show each row with its 95% "
         f"intervals; [{plan.markdown}]({_relative(Path(plan.markdown), path.parent)}) has every table and its "
         "reading. Generated "
