@@ -87,14 +87,24 @@ def row_questions(ds: DatasetPlan, row: Row) -> Questions:
     return Questions(limit=span.limit, offset=span.offset, sample=row.sample, seed=row.seed)
 
 
-def planned_ids(ds: DatasetPlan, row: Row) -> list[str]:
-    """The ids of the questions a row evaluates (``row_questions``)."""
+def question_ids(dataset: str, q: Questions) -> list[str]:
+    """The ids of the dataset's questions that ``q`` selects."""
     from quco.datasets import load_dataset
 
-    q = row_questions(ds, row)
     return [
-        ex.id for ex in load_dataset(ds.name, limit=q.limit, offset=q.offset, sample=q.sample, seed=q.seed)
+        ex.id for ex in load_dataset(dataset, limit=q.limit, offset=q.offset, sample=q.sample, seed=q.seed)
     ]
+
+
+def planned_ids(ds: DatasetPlan, row: Row) -> list[str]:
+    """The ids of the questions a row evaluates (``row_questions``)."""
+    return question_ids(ds.name, row_questions(ds, row))
+
+
+def calibration_questions(ds: DatasetPlan) -> Questions:
+    """The dataset's calibration questions (a sampling pass records them all)."""
+    assert ds.calibration is not None
+    return Questions(limit=ds.calibration.limit, offset=ds.calibration.offset)
 
 
 def recorded_count(run_dir: Path, ids: Sequence[str]) -> int:
@@ -202,11 +212,8 @@ def calibrated_config(plan: Plan, ds: DatasetPlan, row: Row, progress: bool = Tr
 
 def pass_missing(ds: DatasetPlan, spec: Calibration) -> int:
     """How many of the dataset's calibration questions the recorded pass of ``spec`` still lacks."""
-    from quco.datasets import load_dataset
-
-    assert ds.calibration is not None and spec.from_pass is not None
-    cal = ds.calibration
-    ids = [ex.id for ex in load_dataset(ds.name, limit=cal.limit, offset=cal.offset)]
+    assert spec.from_pass is not None
+    ids = question_ids(ds.name, calibration_questions(ds))
     return len(ids) - recorded_count(Path(spec.from_pass), ids)
 
 
@@ -234,7 +241,7 @@ def record_pass(plan: Plan, ds: DatasetPlan, row: Row, spec: Calibration, progre
         if (out / CONFIG_FILE).is_file():
             begun = (load_run(out).config.pipeline or {}).get("params") or {}
             sets += [f"params.{k}={begun[k]}" for k in ("estimator", "similarity") if k in begun]
-        eval_command(Path(row.config), ds.name, Questions(limit=cal.limit, offset=cal.offset), options, sets)
+        eval_command(Path(row.config), ds.name, calibration_questions(ds), options, sets)
     return out
 
 
@@ -341,6 +348,11 @@ class RowResult:
     @property
     def answered(self) -> int:
         return len(self.run.records) if self.run is not None else 0
+
+    @property
+    def on_subset(self) -> bool:
+        """The row is complete on fewer questions than the dataset's (SeaKR's first 50, a seeded sample)."""
+        return self.status == "complete" and self.planned < self.dataset.limit
 
     @property
     def errors(self) -> int:

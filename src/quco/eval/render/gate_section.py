@@ -27,15 +27,19 @@ class GateSection:
     notes: list[str] = field(default_factory=list)
 
 
-def _points(ds: DatasetPlan, results: Sequence[Any], ids: set[str]) -> dict[str, tuple[float, float, float]]:
-    """Each complete row of the dataset at its measured cost, over the frontier's questions."""
-    out = {}
+def _points(
+    ds: DatasetPlan, results: Sequence[Any], ids: set[str]
+) -> tuple[dict[str, tuple[float, float, float]], list[str]]:
+    """Each complete row of the dataset that answers all of the frontier's questions, at its measured cost; and
+    the complete rows that answer only some of them (SeaKR's 50, a seeded sample), with their counts, not drawn."""
+    out, apart = {}, []
     for r in results:
         if r.dataset is not ds or r.status != "complete" or r.run is None:
             continue
         recs = [x for x in r.run.records if x.id in ids and x.trace]
         if len(recs) != len(ids):
-            continue  # a subset row (SeaKR's 50) is not on the same questions
+            apart.append(f"{r.row.short_title} ({len(recs)} of {len(ids)} questions)")
+            continue
         n = len(recs)
         retrievals = sum(x.costs()["retrievals"] for x in recs) / n
         out[r.row.name] = (
@@ -43,19 +47,7 @@ def _points(ds: DatasetPlan, results: Sequence[Any], ids: set[str]) -> dict[str,
             sum(x.f1 for x in recs) / n,
             retrievals,
         )
-    return out
-
-
-def _subset_rows(ds: DatasetPlan, results: Sequence[Any], ids: set[str]) -> list[str]:
-    """The complete rows of the dataset that answer only some of the frontier's questions, with their counts."""
-    out = []
-    for r in results:
-        if r.dataset is not ds or r.status != "complete" or r.run is None:
-            continue
-        n = sum(1 for x in r.run.records if x.id in ids and x.trace)
-        if n < len(ids):
-            out.append(f"{r.row.short_title} ({n} of {len(ids)} questions)")
-    return out
+    return out, apart
 
 
 def gate_sections(plan: Plan, results: Sequence[Any], n_boot: int = 2000) -> list[GateSection]:
@@ -98,8 +90,7 @@ def gate_sections(plan: Plan, results: Sequence[Any], n_boot: int = 2000) -> lis
                 )
             )
             continue
-        points = _points(ds, results, set(ev.ids))
-        apart = _subset_rows(ds, results, set(ev.ids))
+        points, apart = _points(ds, results, set(ev.ids))
         if apart:
             notes.append(
                 f"Not drawn here: {', '.join(apart)}. Each answers only part of the frontier's questions, so its "

@@ -260,7 +260,7 @@ def _point_label(res: RowResult) -> str:
     questions than the rest."""
     if res.status != "complete":
         return f"{res.row.short_title} (n={res.answered})"
-    if res.planned < res.dataset.limit:
+    if res.on_subset:
         return f"{res.row.short_title} ({res.planned} of {res.dataset.limit} q)"
     return res.row.short_title
 
@@ -323,7 +323,7 @@ def render_summary(
         for r in _plotted(results, ds):
             em, ret = r.stats["em"], r.stats["retrievals"]
             partial = "" if r.status == "complete" else f" (n={r.answered})"
-            if r.status == "complete" and r.planned < ds.limit:
+            if r.on_subset:
                 partial = f" ({r.planned} q)"
             cells.setdefault(r.row.short_title, {})[ds.name] = [
                 f"{100 * em.mean:.1f}{partial}",
